@@ -1,0 +1,288 @@
+// Package conformance is the test suite every distlock backend must pass —
+// ours and third-party ones. It is the definition of a correct backend.
+//
+// A backend's test builds a Harness (how to make Lockers on one shared
+// server, how to crash one, how to force a key's expiry) and calls Run:
+//
+//	func TestConformance(t *testing.T) {
+//		conformance.Run(t, conformance.Harness{NewLocker: ..., Crash: ..., ForceExpire: ...})
+//	}
+//
+// Each case checks one named rule and, like testing/fstest, reports a broken
+// rule as an error that names it; Check returns them all, for tools and for
+// the suite's own tests. Cases the harness cannot drive (no Crash, no
+// ForceExpire, a session-bound backend) are skipped with the reason.
+package conformance
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distlock/distlock"
+)
+
+// Harness connects the suite to a backend.
+type Harness struct {
+	// NewLocker returns a new Locker — its own client or session — on the
+	// server shared by every Locker of this harness. Required.
+	NewLocker func(ctx context.Context) (distlock.Locker, error)
+
+	// Crash makes l stop as a crashed process would: no release, no more
+	// renewal; the server keeps l's locks until they expire. Nil skips the
+	// crash cases.
+	Crash func(ctx context.Context, l distlock.Locker) error
+
+	// ForceExpire ends key's lock on the server, as an expiry, a lost
+	// session or a clock jump would. Nil skips the forced-expiry cases.
+	ForceExpire func(ctx context.Context, key string) error
+
+	// TTL is the short TTL of the expiry cases; it must be one the backend
+	// honours (session-bound backends: the session timeout). Default 500ms.
+	TTL time.Duration
+
+	// Contenders × Rounds size the mutual-exclusion case (default 8 × 25).
+	Contenders, Rounds int
+}
+
+func (h Harness) withDefaults() Harness {
+	if h.TTL <= 0 {
+		h.TTL = 500 * time.Millisecond
+	}
+	if h.Contenders <= 0 {
+		h.Contenders = 8
+	}
+	if h.Rounds <= 0 {
+		h.Rounds = 25
+	}
+	return h
+}
+
+// Case is one rule of the contract and the check that enforces it.
+type Case struct {
+	Name string // e.g. "MutualExclusion"
+	Rule string // the rule, in one line
+	run  func(e *env)
+}
+
+// CaseError is a broken rule: which case, the rule, and what went wrong.
+type CaseError struct {
+	Case, Rule string
+	Err        error
+}
+
+func (e *CaseError) Error() string {
+	return fmt.Sprintf("%s: %v\n\trule: %s", e.Case, e.Err, e.Rule)
+}
+func (e *CaseError) Unwrap() error { return e.Err }
+
+// SkipError says why a case did not run.
+type SkipError struct{ Case, Reason string }
+
+func (e *SkipError) Error() string { return e.Case + " skipped: " + e.Reason }
+
+// Cases returns the suite's cases in order.
+func Cases() []Case { return append([]Case(nil), cases...) }
+
+// Check runs every case and returns their errors joined (each a *CaseError),
+// or nil if the backend passes. Skipped cases are not errors.
+func Check(ctx context.Context, h Harness) error {
+	var errs []error
+	for _, c := range cases {
+		var skip *SkipError
+		if err := c.Check(ctx, h); err != nil && !errors.As(err, &skip) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Run runs every case as a subtest of t.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			err := c.Check(t.Context(), h)
+			var skip *SkipError
+			switch {
+			case errors.As(err, &skip):
+				t.Skip(skip.Reason)
+			case err != nil:
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Check runs the case alone. It returns nil, a *SkipError, or a *CaseError.
+func (c Case) Check(ctx context.Context, h Harness) (err error) {
+	if h.NewLocker == nil {
+		return &CaseError{Case: c.Name, Rule: c.Rule, Err: errors.New("harness has no NewLocker")}
+	}
+	e := &env{ctx: ctx, h: h.withDefaults(), name: c.Name, prefix: c.Name + "-" + randomID() + "/"}
+	defer e.cleanup()
+	defer func() {
+		switch r := recover().(type) {
+		case nil:
+		case failure:
+			err = &CaseError{Case: c.Name, Rule: c.Rule, Err: r.err}
+		case skipped:
+			err = &SkipError{Case: c.Name, Reason: string(r)}
+		default:
+			panic(r)
+		}
+	}()
+	c.run(e)
+	return nil
+}
+
+// env is one case's world: its Lockers (closed at the end) and its keys
+// (unique per run, since backends share a server across cases).
+type env struct {
+	ctx     context.Context
+	h       Harness
+	name    string
+	prefix  string
+	mu      sync.Mutex
+	lockers []distlock.Locker
+}
+
+// failure and skipped unwind a case from the goroutine running it, as
+// t.Fatal and t.Skip do; Check turns them back into errors.
+type failure struct{ err error }
+type skipped string
+
+func (e *env) fail(format string, args ...any) { panic(failure{fmt.Errorf(format, args...)}) }
+func (e *env) skip(reason string)              { panic(skipped(reason)) }
+
+func (e *env) key(name string) string { return e.prefix + name }
+
+func (e *env) locker() distlock.Locker {
+	l, err := e.h.NewLocker(e.ctx)
+	if err != nil {
+		e.fail("NewLocker: %v", err)
+	}
+	e.mu.Lock()
+	e.lockers = append(e.lockers, l)
+	e.mu.Unlock()
+	return l
+}
+
+func (e *env) cleanup() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, l := range e.lockers {
+		_ = l.Close()
+	}
+}
+
+// patience bounds every wait for something that must happen: generous, so a
+// slow machine does not fail a correct backend, yet finite, so a broken one
+// cannot hang the suite.
+func (e *env) patience() time.Duration { return 3*e.h.TTL + 5*time.Second }
+
+func (e *env) timeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(e.ctx, d)
+}
+
+func (e *env) acquire(l distlock.Locker, key string, opts ...distlock.Option) *distlock.Lease {
+	ctx, cancel := e.timeout(e.patience())
+	defer cancel()
+	ls, err := l.Acquire(ctx, key, opts...)
+	if err != nil {
+		e.fail("Acquire(%q): %v", key, err)
+	}
+	if ls == nil {
+		e.fail("Acquire(%q) returned neither a lease nor an error", key)
+	}
+	return ls
+}
+
+func (e *env) tryAcquire(l distlock.Locker, key string, opts ...distlock.Option) *distlock.Lease {
+	ctx, cancel := e.timeout(e.patience())
+	defer cancel()
+	ls, err := l.TryAcquire(ctx, key, opts...)
+	if err != nil {
+		e.fail("TryAcquire(%q) on a free key: %v", key, err)
+	}
+	return ls
+}
+
+// mustBeHeld checks that key is held by someone: a TryAcquire from l fails
+// with ErrNotAcquired.
+func (e *env) mustBeHeld(l distlock.Locker, key, why string) {
+	ctx, cancel := e.timeout(e.patience())
+	defer cancel()
+	ls, err := l.TryAcquire(ctx, key, distlock.WithTTL(time.Minute))
+	if err == nil {
+		_ = ls.Release(ctx)
+		e.fail("%s: TryAcquire(%q) succeeded while the key should be held", why, key)
+	}
+	if !errors.Is(err, distlock.ErrNotAcquired) {
+		e.fail("%s: TryAcquire(%q) on a held key: want ErrNotAcquired, got %v", why, key, err)
+	}
+}
+
+func (e *env) release(ls *distlock.Lease) {
+	ctx, cancel := e.timeout(e.patience())
+	defer cancel()
+	if err := ls.Release(ctx); err != nil {
+		e.fail("Release(%q): %v", ls.Key(), err)
+	}
+}
+
+// waitDone waits for the lease to end and checks why.
+func (e *env) waitDone(ls *distlock.Lease, within time.Duration, want error, why string) {
+	select {
+	case <-ls.Done():
+	case <-time.After(within):
+		e.fail("%s: Done() of the lease on %q did not close within %v", why, ls.Key(), within)
+	case <-e.ctx.Done():
+		e.fail("%s: %v", why, e.ctx.Err())
+	}
+	if err := ls.Err(); !errors.Is(err, want) {
+		e.fail("%s: after Done, Err() = %v; want %v", why, err, want)
+	}
+}
+
+// endOnServer makes a lease's lock end on the server: ForceExpire if the
+// harness has it, else the TTL running out. It skips the case if neither
+// is possible.
+func (e *env) endOnServer(key string) {
+	if e.h.ForceExpire != nil {
+		ctx, cancel := e.timeout(e.patience())
+		defer cancel()
+		if err := e.h.ForceExpire(ctx, key); err != nil {
+			e.fail("ForceExpire(%q): %v", key, err)
+		}
+		return
+	}
+	e.skip("harness has no ForceExpire")
+}
+
+func (e *env) needCrash() {
+	if e.h.Crash == nil {
+		e.skip("harness has no Crash")
+	}
+}
+
+func (e *env) crash(l distlock.Locker) {
+	ctx, cancel := e.timeout(e.patience())
+	defer cancel()
+	if err := e.h.Crash(ctx, l); err != nil {
+		e.fail("Crash: %v", err)
+	}
+}
+
+func (e *env) sessionTTL(l distlock.Locker) bool { return l.Guarantees().SessionTTL }
+
+func randomID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

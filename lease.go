@@ -1,0 +1,289 @@
+package distlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Lease is a held lock. Its Token fences the resource it protects; its Done
+// channel closes when the lease ends, by Release or by loss, and Err then
+// says which. A Lease is safe for concurrent use.
+type Lease struct {
+	l        *locker
+	grant    Grant
+	o        Options
+	acquired time.Time
+
+	// callMu serialises the lease's round trips (refresh, release) so that
+	// deadlines move in the order the server saw them.
+	callMu sync.Mutex
+
+	mu       sync.Mutex
+	ttl      time.Duration
+	deadline time.Time
+	end      error
+	onEnd    []func()
+	done     chan struct{}
+	kick     chan struct{} // the deadline moved; the keeper re-arms its timer
+}
+
+// Key returns the locked key.
+func (ls *Lease) Key() string { return ls.grant.Key }
+
+// Token returns the fencing token: larger than that of every earlier holder
+// of this key.
+func (ls *Lease) Token() Token { return ls.grant.Token }
+
+// TTL returns the TTL of the latest successful acquire or refresh.
+func (ls *Lease) TTL() time.Duration {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.ttl
+}
+
+// Expires returns the conservative local deadline: the start of the latest
+// successful acquire or refresh attempt, plus the validity the server
+// confirmed, minus the clock-drift allowance. Past it the lease is lost.
+func (ls *Lease) Expires() time.Time {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.deadline
+}
+
+// Done returns a channel closed when the lease ends: released, lost, or its
+// Locker closed.
+func (ls *Lease) Done() <-chan struct{} { return ls.done }
+
+// Err returns nil while the lease is held; after Done closes it returns
+// ErrReleased, an error matching ErrLeaseLost that says why, or ErrClosed.
+func (ls *Lease) Err() error {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.end
+}
+
+// As reaches backend-specific state of the lease (for instance an etcd
+// comparison that holds only while this lease owns the key); see each
+// backend's docs for the types it offers.
+func (ls *Lease) As(target any) bool {
+	a, ok := ls.grant.Handle.(interface{ As(any) bool })
+	return ok && a.As(target)
+}
+
+// Refresh extends the lease to its TTL (or to WithTTL's, which then becomes
+// the lease's TTL) from now. It returns an error matching ErrNotHeld, and
+// ErrLeaseLost, if the lease ended or the server no longer has it as ours;
+// any other error leaves the lease as it was.
+func (ls *Lease) Refresh(ctx context.Context, opts ...Option) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
+	o := ls.o
+	o.TTL = ls.TTL()
+	o.apply(opts)
+	if o.err != nil {
+		return o.err
+	}
+	if err := validateTTL(o.TTL); err != nil {
+		return err
+	}
+	if err := ls.l.enter(); err != nil {
+		return notHeld(ls.Key(), err)
+	}
+	defer ls.l.wg.Done()
+	ctx, done := ls.l.bind(ctx)
+	defer done()
+	return ls.refresh(ctx, o.TTL)
+}
+
+func (ls *Lease) refresh(ctx context.Context, ttl time.Duration) error {
+	ls.callMu.Lock()
+	defer ls.callMu.Unlock()
+	if end := ls.Err(); end != nil {
+		return notHeld(ls.Key(), end)
+	}
+	start := now()
+	if !start.Before(ls.Expires()) {
+		// Too late: another holder may already have the key.
+		lost := ls.lost("its validity ran out before the refresh")
+		return notHeld(ls.Key(), lost)
+	}
+	validity, err := ls.l.b.Refresh(ctx, ls.grant, ttl)
+	if err != nil {
+		if errors.Is(err, ErrNotHeld) {
+			lost := ls.lost("the server no longer has it as ours: " + err.Error())
+			return notHeld(ls.Key(), lost)
+		}
+		err = fmt.Errorf("distlock: %s: refresh %q: %w", ls.l.name, ls.Key(), err)
+		ls.l.observe(ctx, Event{Kind: EventRefreshFailed, Key: ls.Key(), Token: ls.Token(), Err: err})
+		return err
+	}
+	if validity <= 0 {
+		validity = ttl
+	}
+	deadline := start.Add(validity - ls.o.drift(ttl))
+	if !now().Before(deadline) {
+		lost := ls.lost("the refresh was confirmed after its own deadline")
+		return notHeld(ls.Key(), lost)
+	}
+	ls.mu.Lock()
+	ls.ttl, ls.deadline = ttl, deadline
+	ls.mu.Unlock()
+	select {
+	case ls.kick <- struct{}{}:
+	default:
+	}
+	ls.l.observe(ctx, Event{Kind: EventRefreshed, Key: ls.Key(), Token: ls.Token(), Duration: now().Sub(start)})
+	return nil
+}
+
+// Release gives the lock up, only if it is still ours on the server. It
+// returns an error matching ErrNotHeld if the lease had already ended (and
+// ErrLeaseLost too if it ended by loss). On any other error the lease stays
+// held and Release may be retried.
+func (ls *Lease) Release(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
+	if err := ls.l.enter(); err != nil {
+		return notHeld(ls.Key(), err)
+	}
+	defer ls.l.wg.Done()
+	ctx, done := ls.l.bind(ctx)
+	defer done()
+
+	ls.callMu.Lock()
+	defer ls.callMu.Unlock()
+	if end := ls.Err(); end != nil {
+		if errors.Is(end, ErrLeaseLost) {
+			// Lost by the local clock, maybe still ours on the server:
+			// free it now rather than at the server's expiry.
+			_ = ls.l.b.Unlock(ctx, ls.grant)
+		}
+		return notHeld(ls.Key(), end)
+	}
+	err := ls.l.b.Unlock(ctx, ls.grant)
+	switch {
+	case err == nil:
+		ls.finish(ErrReleased)
+		return nil
+	case errors.Is(err, ErrNotHeld):
+		lost := ls.lost("the server no longer had it as ours at release: " + err.Error())
+		return notHeld(ls.Key(), lost)
+	default:
+		return fmt.Errorf("distlock: %s: release %q: %w", ls.l.name, ls.Key(), err)
+	}
+}
+
+// closeOut is Close's release: best effort, then the lease ends ErrClosed.
+func (ls *Lease) closeOut(ctx context.Context) {
+	ls.callMu.Lock()
+	defer ls.callMu.Unlock()
+	if ls.Err() != nil {
+		return
+	}
+	if err := ls.l.b.Unlock(ctx, ls.grant); err != nil && !errors.Is(err, ErrNotHeld) {
+		ls.l.log(slog.LevelWarn, "release at close failed; the key frees at its TTL", ls.Key(), err)
+	}
+	ls.finish(fmt.Errorf("%w: lease on %q ended by Close", ErrClosed, ls.Key()))
+}
+
+// lost ends the lease as lost and returns the loss error.
+func (ls *Lease) lost(why string) error {
+	err := fmt.Errorf("%w: %q (token %d): %s", ErrLeaseLost, ls.Key(), ls.Token(), why)
+	if !ls.finish(err) {
+		return ls.Err()
+	}
+	return err
+}
+
+// finish ends the lease once; it reports whether this call ended it.
+func (ls *Lease) finish(end error) bool {
+	ls.mu.Lock()
+	if ls.end != nil {
+		ls.mu.Unlock()
+		return false
+	}
+	ls.end = end
+	close(ls.done)
+	fns := ls.onEnd
+	ls.onEnd = nil
+	ls.mu.Unlock()
+
+	ls.l.forget(ls)
+	for _, f := range fns {
+		f()
+	}
+	held := now().Sub(ls.acquired)
+	if errors.Is(end, ErrLeaseLost) {
+		ls.l.log(slog.LevelWarn, "lease lost", ls.Key(), end)
+		ls.l.observe(context.Background(), Event{Kind: EventLost, Key: ls.Key(), Token: ls.Token(), Duration: held, Err: end})
+	} else {
+		ls.l.observe(context.Background(), Event{Kind: EventReleased, Key: ls.Key(), Token: ls.Token(), Duration: held})
+	}
+	return true
+}
+
+// afterEnd runs f once the lease ends (at once if it has).
+func (ls *Lease) afterEnd(f func()) {
+	ls.mu.Lock()
+	if ls.end == nil {
+		ls.onEnd = append(ls.onEnd, f)
+		ls.mu.Unlock()
+		return
+	}
+	ls.mu.Unlock()
+	f()
+}
+
+// keep is the lease's one background goroutine. It ends the lease when the
+// local deadline passes or the backend reports the lock gone, and, when
+// renewing, refreshes every interval — sooner after a failed refresh, so a
+// transient error does not cost the lease.
+func (ls *Lease) keep(renew bool) {
+	defer ls.l.wg.Done()
+	expiry := time.NewTimer(time.Until(ls.Expires()))
+	defer expiry.Stop()
+	var renewC <-chan time.Time
+	var renewT *time.Timer
+	if renew {
+		renewT = time.NewTimer(ls.o.renewEvery(ls.TTL()))
+		defer renewT.Stop()
+		renewC = renewT.C
+	}
+	for {
+		select {
+		case <-ls.done:
+			return
+		case <-ls.grant.Lost:
+			ls.lost("the backend reported it gone (session or lease ended)")
+			return
+		case <-ls.kick:
+			expiry.Reset(time.Until(ls.Expires()))
+		case <-expiry.C:
+			if left := time.Until(ls.Expires()); left > 0 {
+				expiry.Reset(left)
+				continue
+			}
+			ls.lost("its validity ran out without a successful refresh")
+			return
+		case <-renewC:
+			ctx, cancel := context.WithDeadline(ls.l.life, ls.Expires())
+			err := ls.refresh(ctx, ls.TTL())
+			cancel()
+			if ls.Err() != nil {
+				return
+			}
+			next := ls.o.renewEvery(ls.TTL())
+			if err != nil {
+				ls.l.log(slog.LevelWarn, "refresh failed; retrying", ls.Key(), err)
+				next = min(next/4+jitter(next/4), max(time.Until(ls.Expires())/2, time.Millisecond))
+			}
+			renewT.Reset(next)
+		}
+	}
+}

@@ -1,0 +1,119 @@
+// Package distlock gives one lock API over several coordination services
+// (in-process memory, single Redis, Redlock, etcd, ZooKeeper), hands out a
+// fencing token with every lock, and lets a database reject the writes of a
+// holder whose lock has already passed to someone else (see package fencing).
+//
+// Users program against [Locker]. Every backend package returns one, and
+// [Open] returns one from a URL such as "mem://", "redis://host:6379" or
+// "etcd://host:2379", so the backend is a matter of configuration.
+//
+// A lock can be lost without its holder knowing: a GC pause, a network delay,
+// a clock jump or a failover can outlast the TTL. distlock limits the damage
+// in two ways. Every [Lease] keeps a conservative local deadline (attempt
+// start + validity − drift) and reports the lease lost on [Lease.Done] once
+// the deadline passes without a successful refresh. And every lease carries a
+// [Token] that strictly increases per key across holders, so a resource that
+// checks tokens can refuse a stale holder outright.
+//
+// The shared behaviour — validation, blocking acquire, back-off, renewal,
+// loss detection, Close — is written once in this package; a backend only
+// implements [Backend], a handful of single round-trip operations.
+package distlock
+
+import (
+	"context"
+	"strconv"
+	"time"
+)
+
+// Token is a fencing token: it strictly increases, per key, across the
+// successive holders of a lock. Pass it to the resource you protect and have
+// the resource refuse any token lower than one it has already seen.
+type Token int64
+
+// String returns the token in decimal.
+func (t Token) String() string { return strconv.FormatInt(int64(t), 10) }
+
+// Locker hands out leases on named keys. All methods are safe for concurrent
+// use. A Locker holds connections and background work; Close it when done.
+type Locker interface {
+	// Acquire takes the lock on key, waiting while another holder has it,
+	// until ctx ends. A wait cut short by ctx returns an error that matches
+	// both ErrNotAcquired and ctx.Err() with errors.Is.
+	Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error)
+
+	// TryAcquire makes one attempt and returns ErrNotAcquired (possibly a
+	// *HeldError) at once if another holder has the key.
+	TryAcquire(ctx context.Context, key string, opts ...Option) (*Lease, error)
+
+	// Do acquires key (waiting like Acquire), runs fn while the lease is
+	// kept renewed, and releases afterwards. fn's context is cancelled the
+	// moment the lease is lost; Do then returns an error matching
+	// ErrLeaseLost, joined with fn's own error if any.
+	Do(ctx context.Context, key string, fn func(ctx context.Context, lease *Lease) error, opts ...Option) error
+
+	// Guarantees describes what this backend promises and what it does not.
+	Guarantees() Guarantees
+
+	// Close stops background work, releases the leases still held (best
+	// effort, bounded), ends their Done channels, wakes waiting Acquire calls
+	// with ErrClosed and closes the backend. Later calls return ErrClosed.
+	Close() error
+}
+
+// WaitMode says how a backend's waiters learn that a key became free.
+type WaitMode string
+
+const (
+	// WaitPoll: waiters retry with jittered exponential back-off.
+	WaitPoll WaitMode = "poll"
+	// WaitNotify: the releaser pushes a notice (e.g. Redis pub/sub) and
+	// waiters fall back to a bounded poll in case a notice is missed.
+	WaitNotify WaitMode = "notify"
+	// WaitQueue: waiters join a server-side queue and watch their
+	// predecessor (etcd, ZooKeeper); the server wakes exactly the next one.
+	WaitQueue WaitMode = "queue"
+)
+
+// Guarantees is what a backend declares about itself. Each field is a claim
+// the backend's tests check; a claim no test checks is left at its zero value.
+type Guarantees struct {
+	// Backend is the backend's short name, e.g. "redis".
+	Backend string
+	// TokenSource says where fencing tokens come from.
+	TokenSource string
+	// Wait says how waiters are woken.
+	Wait WaitMode
+	// FIFO is true when waiters acquire in the order they started waiting.
+	FIFO bool
+	// FailuresTolerated is how many servers can fail without losing safety
+	// or availability (0 for a single server).
+	FailuresTolerated int
+	// ClockDependent is true when mutual exclusion relies on bounded clock
+	// drift between servers and clients (timed leases on independent nodes).
+	ClockDependent bool
+	// RestartLosesLocks is true when a server crash, restart or failover can
+	// drop held locks or repeat tokens (e.g. Redis without fsync).
+	RestartLosesLocks bool
+	// SessionTTL is true when a lock lives as long as the client's session
+	// and the TTL option sets nothing per lease (ZooKeeper).
+	SessionTTL bool
+	// SingleProcess is true when locks are only seen inside one process.
+	SingleProcess bool
+	// Notes are caveats worth reading before choosing the backend.
+	Notes []string
+}
+
+// As reports whether the Locker gives access to an underlying client of the
+// type target points to, and if so stores it there — for example a
+// *redis.Client or a *clientv3.Client. It is the escape hatch for what the
+// portable API does not cover; see each backend's docs for the types it
+// offers.
+func As(l Locker, target any) bool {
+	a, ok := l.(interface{ As(any) bool })
+	return ok && a.As(target)
+}
+
+// clock is the source of time for the portable layer; a variable so a test
+// could move it, but production code always uses the monotonic wall clock.
+var now = time.Now

@@ -1,0 +1,254 @@
+// Package memory is the in-process backend: locks shared by the goroutines
+// of one process. It is the reference implementation of the distlock
+// contract and the backend behind "mem://" URLs.
+//
+// Guarantees: mutual exclusion and strictly increasing tokens per key within
+// one process, TTL expiry by the process's monotonic clock, waiters woken by
+// an in-process notice. It does not coordinate processes or hosts: use it in
+// tests, in single-replica programs, and as the default when no URL is set.
+//
+// Lockers made with the same Store see the same locks, as clients of one
+// server would. "mem://" uses a process-wide default Store; "mem://name" a
+// named one.
+package memory
+
+import (
+	"context"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/distlock/distlock"
+)
+
+func init() {
+	distlock.Register("mem", func(ctx context.Context, u *url.URL, opts ...distlock.Option) (distlock.Locker, error) {
+		if err := distlock.NewQuery(u).Done(); err != nil {
+			return nil, err
+		}
+		return New(append([]distlock.Option{WithStore(Named(u.Host))}, opts...)...)
+	})
+}
+
+// Store holds the locks and token counters: the "server" of this backend.
+type Store struct {
+	mu       sync.Mutex
+	locks    map[string]*hold
+	counters map[string]distlock.Token // never expire, so tokens never repeat
+	freed    map[string]chan struct{}  // closed and replaced at each release or expiry
+}
+
+type hold struct {
+	owner   string
+	token   distlock.Token
+	expires time.Time
+	timer   *time.Timer
+	lost    chan struct{} // closed when the store drops the hold (expiry)
+}
+
+// NewStore returns an empty Store.
+func NewStore() *Store {
+	return &Store{locks: map[string]*hold{}, counters: map[string]distlock.Token{}, freed: map[string]chan struct{}{}}
+}
+
+var (
+	namedMu sync.Mutex
+	named   = map[string]*Store{}
+)
+
+// Named returns the process-wide Store of that name ("" is the default).
+func Named(name string) *Store {
+	namedMu.Lock()
+	defer namedMu.Unlock()
+	s := named[name]
+	if s == nil {
+		s = NewStore()
+		named[name] = s
+	}
+	return s
+}
+
+type storeKey struct{}
+
+// WithStore makes the Locker use s (default: a new private Store).
+func WithStore(s *Store) distlock.Option {
+	if s == nil {
+		return distlock.InvalidOption("memory: nil store")
+	}
+	return distlock.BackendOption(storeKey{}, s)
+}
+
+// New returns a Locker on an in-process Store.
+func New(opts ...distlock.Option) (distlock.Locker, error) {
+	o, err := distlock.ResolveOptions(opts...)
+	if err != nil {
+		return nil, err
+	}
+	s, ok := distlock.BackendValue[*Store](o, storeKey{})
+	if !ok {
+		s = NewStore()
+	}
+	return distlock.New(NewBackend(s), opts...)
+}
+
+// NewBackend returns the raw Backend on s, for wrapping (tests, middleware).
+func NewBackend(s *Store) distlock.Backend { return &backend{s: s} }
+
+// ForceExpire drops key's lock as if its TTL had run out, and reports
+// whether it was held. Tests use it to emulate a server-side expiry.
+func (s *Store) ForceExpire(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.locks[key]
+	if h == nil {
+		return false
+	}
+	s.drop(key, h, true)
+	return true
+}
+
+// Held reports whether key is held now.
+func (s *Store) Held(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.locks[key] != nil
+}
+
+// drop removes a hold and wakes waiters; s.mu must be held.
+func (s *Store) drop(key string, h *hold, lost bool) {
+	h.timer.Stop()
+	delete(s.locks, key)
+	if lost {
+		close(h.lost)
+	}
+	if ch := s.freed[key]; ch != nil {
+		close(ch)
+		delete(s.freed, key)
+	}
+}
+
+// freedChan returns the channel closed at key's next release; s.mu held.
+func (s *Store) freedChan(key string) chan struct{} {
+	ch := s.freed[key]
+	if ch == nil {
+		ch = make(chan struct{})
+		s.freed[key] = ch
+	}
+	return ch
+}
+
+type backend struct{ s *Store }
+
+func (b *backend) Guarantees() distlock.Guarantees {
+	return distlock.Guarantees{
+		Backend:       "memory",
+		TokenSource:   "per-key counter in process memory",
+		Wait:          distlock.WaitNotify,
+		SingleProcess: true,
+		Notes:         []string{"locks are visible only inside this process"},
+	}
+}
+
+func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return distlock.Grant{}, err
+	}
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h := s.locks[req.Key]; h != nil {
+		return distlock.Grant{}, &distlock.HeldError{Key: req.Key, RetryAfter: time.Until(h.expires)}
+	}
+	s.counters[req.Key]++
+	h := &hold{owner: req.Owner, token: s.counters[req.Key], expires: time.Now().Add(req.TTL), lost: make(chan struct{})}
+	key := req.Key
+	h.timer = time.AfterFunc(req.TTL, func() { s.expire(key, h) })
+	s.locks[key] = h
+	return distlock.Grant{Token: h.token, Lost: h.lost}, nil
+}
+
+// expire is the TTL timer: it drops h unless h was refreshed or replaced.
+func (s *Store) expire(key string, h *hold) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.locks[key] == h && !time.Now().Before(h.expires) {
+		s.drop(key, h, true)
+	}
+}
+
+// owned returns the key's hold if g owns it; s.mu must be held.
+func (s *Store) owned(g distlock.Grant) *hold {
+	if h := s.locks[g.Key]; h != nil && h.owner == g.Owner {
+		return h
+	}
+	return nil
+}
+
+func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Duration) (time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.owned(g)
+	if h == nil {
+		return 0, distlock.ErrNotHeld
+	}
+	h.expires = time.Now().Add(ttl)
+	h.timer.Reset(ttl)
+	return ttl, nil
+}
+
+func (b *backend) Unlock(ctx context.Context, g distlock.Grant) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.owned(g)
+	if h == nil {
+		return distlock.ErrNotHeld
+	}
+	s.drop(g.Key, h, false)
+	return nil
+}
+
+func (b *backend) Close() error { return nil }
+
+// Subscribe implements distlock.Notifier with an in-process notice.
+func (b *backend) Subscribe(ctx context.Context, key string) (distlock.Subscription, error) {
+	b.s.mu.Lock()
+	defer b.s.mu.Unlock()
+	return &subscription{s: b.s, key: key, ch: b.s.freedChan(key)}, nil
+}
+
+type subscription struct {
+	s   *Store
+	key string
+	ch  chan struct{}
+}
+
+func (sub *subscription) Wait(ctx context.Context) error {
+	select {
+	case <-sub.ch:
+		sub.s.mu.Lock()
+		sub.ch = sub.s.freedChan(sub.key)
+		sub.s.mu.Unlock()
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (sub *subscription) Close() error { return nil }
+
+// As gives access to the Store: target must be a **Store.
+func (b *backend) As(target any) bool {
+	if p, ok := target.(**Store); ok {
+		*p = b.s
+		return true
+	}
+	return false
+}

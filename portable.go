@@ -1,0 +1,387 @@
+package distlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// New wraps a Backend in the portable layer and returns the Locker users
+// program against. Backend packages call it from their own constructors;
+// call it directly to run a third-party or wrapped Backend.
+func New(b Backend, opts ...Option) (Locker, error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: nil backend", ErrInvalidOption)
+	}
+	o, err := ResolveOptions(opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := validateTTL(o.TTL); err != nil {
+		return nil, err
+	}
+	life, stop := context.WithCancelCause(context.Background())
+	return &locker{b: b, opts: o, name: b.Guarantees().Backend, life: life, stop: stop,
+		leases: make(map[*Lease]struct{})}, nil
+}
+
+// locker is the portable layer: everything a backend would otherwise repeat.
+type locker struct {
+	b    Backend
+	opts Options
+	name string
+
+	// life is cancelled by Close; every backend call and background loop
+	// is bound to it so that Close can interrupt them.
+	life context.Context
+	stop context.CancelCauseFunc
+
+	mu     sync.Mutex
+	closed bool
+	leases map[*Lease]struct{}
+	wg     sync.WaitGroup // in-flight calls and lease keepers
+}
+
+func (l *locker) Guarantees() Guarantees { return l.b.Guarantees() }
+
+// As reaches the backend's underlying client; see the package-level As.
+func (l *locker) As(target any) bool {
+	a, ok := l.b.(interface{ As(any) bool })
+	return ok && a.As(target)
+}
+
+func (l *locker) Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
+	return l.acquire(ctx, key, opts, true, false)
+}
+
+func (l *locker) TryAcquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
+	return l.acquire(ctx, key, opts, false, false)
+}
+
+func (l *locker) Do(ctx context.Context, key string, fn func(context.Context, *Lease) error, opts ...Option) (err error) {
+	if fn == nil {
+		return fmt.Errorf("%w: Do needs a function", ErrInvalidOption)
+	}
+	lease, err := l.acquire(ctx, key, opts, true, true)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	lease.afterEnd(func() { cancel(lease.Err()) })
+	defer func() {
+		lost := lease.Err() // non-nil here only if the lease ended while fn ran
+		cancel(nil)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), lease.o.ReleaseTimeout)
+		rerr := lease.Release(rctx)
+		rcancel()
+		switch {
+		case lost != nil:
+			err = errors.Join(err, lost)
+		case rerr != nil:
+			err = errors.Join(err, rerr)
+		}
+	}()
+	return fn(fctx, lease)
+}
+
+// enter registers an in-flight call; it fails once Close has begun.
+func (l *locker) enter() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	l.wg.Add(1)
+	return nil
+}
+
+// bind derives a context that also ends when the Locker closes.
+func (l *locker) bind(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.life, func() { cancel(ErrClosed) })
+	return ctx, func() { stop(); cancel(nil) }
+}
+
+func (l *locker) acquire(ctx context.Context, key string, opts []Option, wait, renew bool) (*Lease, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
+	o := l.opts
+	o.apply(opts)
+	if o.err != nil {
+		return nil, o.err
+	}
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	if err := validateTTL(o.TTL); err != nil {
+		return nil, err
+	}
+	if err := l.enter(); err != nil {
+		return nil, err
+	}
+	defer l.wg.Done()
+	bctx, done := l.bind(ctx)
+	defer done()
+
+	req := Request{Key: key, TTL: o.TTL, Owner: newOwner()}
+	began := now()
+	var (
+		g     Grant
+		start time.Time
+		err   error
+	)
+	if blocker, ok := l.b.(Blocker); ok && wait {
+		start = now()
+		g, err = blocker.Lock(bctx, req)
+	} else if wait {
+		g, start, err = l.poll(bctx, req, &o)
+	} else {
+		start = now()
+		g, err = l.b.TryLock(bctx, req)
+	}
+	if err != nil {
+		err = l.acquireError(ctx, bctx, key, err)
+		l.observe(ctx, Event{Kind: EventAcquireFailed, Key: key, Duration: now().Sub(began), Err: err})
+		return nil, err
+	}
+	if !g.Start.IsZero() {
+		start = g.Start
+	}
+	lease, err := l.newLease(req, g, start, &o, renew || o.AutoRenew)
+	if err != nil {
+		return nil, err
+	}
+	l.observe(ctx, Event{Kind: EventAcquired, Key: key, Token: g.Token, Duration: now().Sub(began)})
+	return lease, nil
+}
+
+// acquireError gives a failed acquire its public shape: ErrClosed if the
+// Locker closed, ErrNotAcquired+ctx.Err() if the caller's context ended,
+// the backend's error wrapped otherwise.
+func (l *locker) acquireError(ctx, bctx context.Context, key string, err error) error {
+	if errors.Is(context.Cause(bctx), ErrClosed) {
+		return fmt.Errorf("%w: acquiring %q", ErrClosed, key)
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return waitEnded(key, cerr)
+	}
+	if errors.Is(err, ErrNotAcquired) {
+		return err
+	}
+	return fmt.Errorf("distlock: %s: acquire %q: %w", l.name, key, err)
+}
+
+// poll is the blocking acquire of backends without a server-side queue:
+// attempt, then wait for a release notice (bounded by the holder's
+// remaining TTL) or a jittered exponential back-off, and try again.
+func (l *locker) poll(ctx context.Context, req Request, o *Options) (Grant, time.Time, error) {
+	var sub Subscription
+	if n, ok := l.b.(Notifier); ok {
+		s, err := n.Subscribe(ctx, req.Key)
+		switch {
+		case err == nil:
+			sub = s
+			defer func() { _ = sub.Close() }()
+		case ctx.Err() != nil:
+			return Grant{}, time.Time{}, err
+		default:
+			l.log(slog.LevelWarn, "subscribe failed; polling instead", req.Key, err)
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		start := now()
+		g, err := l.b.TryLock(ctx, req)
+		if err == nil || !errors.Is(err, ErrNotAcquired) {
+			return g, start, err
+		}
+		l.observe(ctx, Event{Kind: EventContended, Key: req.Key})
+		var remaining time.Duration
+		var held *HeldError
+		if errors.As(err, &held) {
+			remaining = held.RetryAfter
+		}
+		if sub != nil {
+			// The notice is the real wake-up; the timeout only covers a
+			// lost notice or a holder that expired instead of releasing.
+			wctx, cancel := context.WithTimeout(ctx, fallbackPoll(o, remaining))
+			werr := sub.Wait(wctx)
+			cancel()
+			if ctx.Err() != nil {
+				return Grant{}, time.Time{}, ctx.Err()
+			}
+			if werr != nil && !errors.Is(werr, context.DeadlineExceeded) {
+				l.log(slog.LevelWarn, "subscription failed; polling instead", req.Key, werr)
+				_ = sub.Close()
+				sub = nil
+			}
+			continue
+		}
+		delay := backoff(o, attempt)
+		if remaining > 0 && remaining < delay {
+			delay = remaining + jitter(o.BackoffMin)
+		}
+		if err := sleep(ctx, delay); err != nil {
+			return Grant{}, time.Time{}, err
+		}
+	}
+}
+
+// maxFallbackPoll caps the wait for a release notice, so a lost notice on a
+// long-TTL key strands a waiter for at most this long.
+const maxFallbackPoll = 5 * time.Second
+
+func fallbackPoll(o *Options, remaining time.Duration) time.Duration {
+	d := o.BackoffMax
+	if remaining > 0 {
+		d = min(remaining, maxFallbackPoll)
+	}
+	return d + jitter(o.BackoffMin)
+}
+
+// backoff is full-jitter exponential back-off: uniform in
+// [min, min(max, min·2^attempt)].
+func backoff(o *Options, attempt int) time.Duration {
+	ceil := o.BackoffMax
+	if attempt < 30 {
+		ceil = min(o.BackoffMax, o.BackoffMin<<attempt)
+	}
+	return o.BackoffMin + jitter(ceil-o.BackoffMin)
+}
+
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return mrand.N(d)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *locker) newLease(req Request, g Grant, start time.Time, o *Options, renew bool) (*Lease, error) {
+	g.Key, g.Owner = req.Key, req.Owner
+	validity := g.Validity
+	if validity <= 0 {
+		validity = req.TTL
+	}
+	ls := &Lease{
+		l: l, grant: g, o: *o, ttl: req.TTL, acquired: start,
+		deadline: start.Add(validity - o.drift(req.TTL)),
+		done:     make(chan struct{}),
+		kick:     make(chan struct{}, 1),
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		// Close began while we were acquiring: give the lock straight back.
+		ctx, cancel := context.WithTimeout(context.Background(), o.ReleaseTimeout)
+		defer cancel()
+		_ = l.b.Unlock(ctx, g)
+		return nil, fmt.Errorf("%w: acquiring %q", ErrClosed, req.Key)
+	}
+	l.leases[ls] = struct{}{}
+	l.wg.Add(1)
+	l.mu.Unlock()
+	go ls.keep(renew)
+	return ls, nil
+}
+
+func (l *locker) forget(ls *Lease) {
+	l.mu.Lock()
+	delete(l.leases, ls)
+	l.mu.Unlock()
+}
+
+func (l *locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	leases := make([]*Lease, 0, len(l.leases))
+	for ls := range l.leases {
+		leases = append(leases, ls)
+	}
+	l.mu.Unlock()
+
+	l.stop(ErrClosed) // wakes waiters, interrupts renewals
+	ctx, cancel := context.WithTimeout(context.Background(), l.opts.ReleaseTimeout)
+	var wg sync.WaitGroup
+	for _, ls := range leases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ls.closeOut(ctx)
+		}()
+	}
+	wg.Wait()
+	cancel()
+	l.wg.Wait()
+	return l.b.Close()
+}
+
+func (l *locker) observe(ctx context.Context, e Event) {
+	if l.opts.Observer != nil {
+		e.Backend = l.name
+		l.opts.Observer.Observe(ctx, e)
+	}
+}
+
+func (l *locker) log(level slog.Level, msg, key string, err error) {
+	if l.opts.Logger != nil {
+		l.opts.Logger.Log(context.Background(), level, "distlock: "+msg,
+			slog.String("backend", l.name), slog.String("key", key), slog.Any("error", err))
+	}
+}
+
+// ValidateKey reports whether key is acceptable to every backend: not empty,
+// at most MaxKeyLen bytes, valid UTF-8 and free of control characters.
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalidKey, len(key), MaxKeyLen)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: %q is not valid UTF-8", ErrInvalidKey, key)
+	}
+	for _, r := range key {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: %q holds a control character", ErrInvalidKey, key)
+		}
+	}
+	return nil
+}
+
+func validateTTL(ttl time.Duration) error {
+	if ttl <= 0 || ttl > MaxTTL {
+		return fmt.Errorf("%w: %v (want 0 < TTL <= %v)", ErrInvalidTTL, ttl, MaxTTL)
+	}
+	return nil
+}
+
+// newOwner returns a random 128-bit owner value: unique per lease, so that
+// no other lease, process or host can pass an owner check by accident.
+func newOwner() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux (Go ≥1.24 it cannot fail)
+	return hex.EncodeToString(b[:])
+}
