@@ -55,17 +55,18 @@ func mutualExclusion(e *env) {
 	lockers := []distlock.Locker{e.locker(), e.locker(), e.locker()}
 	var (
 		inside    atomic.Int32
-		mu        sync.Mutex
+		mu        sync.Mutex // guards last
 		last      distlock.Token
+		vmu       sync.Mutex // guards violation
 		violation error
 		wg        sync.WaitGroup
 	)
 	report := func(err error) {
-		mu.Lock()
+		vmu.Lock()
 		if violation == nil {
 			violation = err
 		}
-		mu.Unlock()
+		vmu.Unlock()
 	}
 	for g := 0; g < e.h.Contenders; g++ {
 		wg.Add(1)
@@ -84,11 +85,12 @@ func mutualExclusion(e *env) {
 					report(errors.New("two holders inside the critical section at once"))
 				}
 				mu.Lock()
-				if ls.Token() <= last {
-					report(errors.New("token " + ls.Token().String() + " not above the previous holder's " + last.String()))
-				}
+				prev := last
 				last = ls.Token()
 				mu.Unlock()
+				if ls.Token() <= prev {
+					report(errors.New("token " + ls.Token().String() + " not above the previous holder's " + prev.String()))
+				}
 				time.Sleep(200 * time.Microsecond)
 				inside.Add(-1)
 				rctx, rcancel := e.timeout(e.patience())

@@ -1,0 +1,264 @@
+package conformance_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/conformance"
+	"github.com/distlock/distlock/memory"
+)
+
+// harnessOn builds a harness whose Lockers run on wrap(memory backend):
+// with wrap = identity it is the reference backend, otherwise a broken one.
+func harnessOn(wrap func(distlock.Backend, *memory.Store) distlock.Backend) conformance.Harness {
+	store := memory.NewStore()
+	var reg conformance.CrashRegistry
+	return conformance.Harness{
+		NewLocker: func(context.Context) (distlock.Locker, error) {
+			// The broken layer sits above the crash switch, so its optional
+			// interfaces (Blocker) stay visible to the portable layer.
+			c := conformance.NewCrashable(memory.NewBackend(store))
+			l, err := distlock.New(wrap(c, store))
+			if err != nil {
+				return nil, err
+			}
+			return reg.Add(l, c), nil
+		},
+		Crash: reg.Crash,
+		ForceExpire: func(_ context.Context, key string) error {
+			if !store.ForceExpire(key) {
+				return fmt.Errorf("key %q is not held", key)
+			}
+			return nil
+		},
+		TTL:        200 * time.Millisecond,
+		Contenders: 6,
+		Rounds:     15,
+	}
+}
+
+// noExclusion grants every attempt, held key or not.
+type noExclusion struct {
+	distlock.Backend
+	tokens atomic.Int64
+}
+
+func (b *noExclusion) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+	return distlock.Grant{Token: distlock.Token(b.tokens.Add(1))}, nil
+}
+func (b *noExclusion) Refresh(context.Context, distlock.Grant, time.Duration) (time.Duration, error) {
+	return 0, nil
+}
+func (b *noExclusion) Unlock(context.Context, distlock.Grant) error { return nil }
+
+// anyoneReleases deletes the key on Unlock whoever holds it.
+type anyoneReleases struct {
+	distlock.Backend
+	store *memory.Store
+}
+
+func (b *anyoneReleases) Unlock(_ context.Context, g distlock.Grant) error {
+	if !b.store.ForceExpire(g.Key) {
+		return distlock.ErrNotHeld
+	}
+	return nil
+}
+
+// constantToken hands every holder token 1.
+type constantToken struct{ distlock.Backend }
+
+func (b constantToken) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+	g, err := b.Backend.TryLock(ctx, req)
+	g.Token = 1
+	return g, err
+}
+
+// neverExpires ignores the TTL: locks last a day on the server.
+type neverExpires struct{ distlock.Backend }
+
+func (b neverExpires) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+	ttl := req.TTL
+	req.TTL = distlock.MaxTTL
+	g, err := b.Backend.TryLock(ctx, req)
+	g.Validity = ttl // claims the TTL it was asked for
+	g.Lost = nil
+	return g, err
+}
+func (b neverExpires) Refresh(ctx context.Context, g distlock.Grant, ttl time.Duration) (time.Duration, error) {
+	_, err := b.Backend.Refresh(ctx, g, distlock.MaxTTL)
+	return ttl, err
+}
+
+// doneNeverCloses never reports a loss: refresh always "succeeds" and the
+// server's loss signal is dropped.
+type doneNeverCloses struct{ distlock.Backend }
+
+func (b doneNeverCloses) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+	g, err := b.Backend.TryLock(ctx, req)
+	g.Lost = nil
+	return g, err
+}
+func (b doneNeverCloses) Refresh(_ context.Context, _ distlock.Grant, ttl time.Duration) (time.Duration, error) {
+	return ttl, nil
+}
+
+// refreshDoesNothing accepts refreshes without extending the lock.
+type refreshDoesNothing struct{ distlock.Backend }
+
+func (b refreshDoesNothing) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+	g, err := b.Backend.TryLock(ctx, req)
+	g.Lost = nil // a client that cannot hear the server expire it
+	return g, err
+}
+func (b refreshDoesNothing) Refresh(_ context.Context, _ distlock.Grant, ttl time.Duration) (time.Duration, error) {
+	return ttl, nil
+}
+
+// orphans is a queue's leftover entries, shared by the Lockers of a harness.
+type orphans struct {
+	mu   sync.Mutex
+	keys map[string]bool
+}
+
+// leavesResidue is a queue backend (a Blocker) whose waiter forgets to
+// delete its queue entry when its context ends, blocking every later
+// attempt on the key.
+type leavesResidue struct {
+	distlock.Backend
+	left *orphans
+}
+
+func (b *leavesResidue) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+	b.left.mu.Lock()
+	orphan := b.left.keys[req.Key]
+	b.left.mu.Unlock()
+	if orphan {
+		return distlock.Grant{}, &distlock.HeldError{Key: req.Key}
+	}
+	return b.Backend.TryLock(ctx, req)
+}
+
+func (b *leavesResidue) Lock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+	for {
+		g, err := b.TryLock(ctx, req)
+		if !errors.Is(err, distlock.ErrNotAcquired) {
+			return g, err
+		}
+		select {
+		case <-ctx.Done():
+			b.left.mu.Lock()
+			b.left.keys[req.Key] = true // the bug: the entry stays
+			b.left.mu.Unlock()
+			return distlock.Grant{}, ctx.Err()
+		case <-time.After(5 * time.Millisecond): // a test double; real backends wait on the server
+		}
+	}
+}
+
+func TestReferencePasses(t *testing.T) {
+	conformance.Run(t, harnessOn(func(b distlock.Backend, _ *memory.Store) distlock.Backend { return b }))
+}
+
+// TestBrokenLockersFail checks that the suite catches each broken rule, and
+// catches it in the case named for that rule.
+func TestBrokenLockersFail(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wrap func(distlock.Backend, *memory.Store) distlock.Backend
+		want string // the case that must fail
+	}{
+		{"no mutual exclusion", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return &noExclusion{Backend: b} }, "MutualExclusion"},
+		{"no mutual exclusion (try)", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return &noExclusion{Backend: b} }, "TryAcquireHeld"},
+		{"release by non-owner", func(b distlock.Backend, s *memory.Store) distlock.Backend { return &anyoneReleases{b, s} }, "StaleReleaseKeepsNewHolder"},
+		{"tokens not increasing", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return constantToken{b} }, "TokensIncrease"},
+		{"tokens not increasing after expiry", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return constantToken{b} }, "TokensIncreaseAfterExpiry"},
+		{"never expires", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return neverExpires{b} }, "CrashFreesAfterTTL"},
+		{"never expires (unrefreshed)", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return neverExpires{b} }, "ExpiryEndsLease"},
+		{"Done never closes", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return doneNeverCloses{b} }, "ForcedExpiryEndsDone"},
+		{"Do not cancelled on loss", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return doneNeverCloses{b} }, "DoCancelsOnLoss"},
+		{"refresh does not extend", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return refreshDoesNothing{b} }, "RefreshExtends"},
+		{"waiter leaves residue", func() func(distlock.Backend, *memory.Store) distlock.Backend {
+			left := &orphans{keys: map[string]bool{}}
+			return func(b distlock.Backend, _ *memory.Store) distlock.Backend { return &leavesResidue{b, left} }
+		}(), "CancelLeavesNoResidue"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := findCase(t, tc.want)
+			err := c.Check(t.Context(), harnessOn(tc.wrap))
+			var ce *conformance.CaseError
+			if !errors.As(err, &ce) {
+				t.Fatalf("case %s passed (or skipped: %v) on a locker that breaks its rule", tc.want, err)
+			}
+			if ce.Case != tc.want || ce.Rule != c.Rule {
+				t.Fatalf("failure attributed to %q, want %q", ce.Case, tc.want)
+			}
+			t.Logf("caught as expected: %v", err)
+		})
+	}
+}
+
+func findCase(t *testing.T, name string) conformance.Case {
+	t.Helper()
+	for _, c := range conformance.Cases() {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no case named %q", name)
+	return conformance.Case{}
+}
+
+// TestSuiteShape keeps the suite honest: enough named rules, each explained.
+func TestSuiteShape(t *testing.T) {
+	cs := conformance.Cases()
+	if len(cs) < 20 {
+		t.Fatalf("%d cases; the suite promises at least 20", len(cs))
+	}
+	seen := map[string]bool{}
+	for _, c := range cs {
+		if c.Name == "" || c.Rule == "" {
+			t.Errorf("case %q has no name or rule", c.Name)
+		}
+		if seen[c.Name] {
+			t.Errorf("duplicate case %q", c.Name)
+		}
+		seen[c.Name] = true
+	}
+}
+
+// TestCheckReportsAll: Check returns every broken rule, each a *CaseError.
+func TestCheckReportsAll(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole suite")
+	}
+	err := conformance.Check(t.Context(), harnessOn(func(b distlock.Backend, _ *memory.Store) distlock.Backend { return constantToken{b} }))
+	if err == nil {
+		t.Fatal("Check passed a locker with constant tokens")
+	}
+	var ce *conformance.CaseError
+	if !errors.As(err, &ce) {
+		t.Fatalf("Check error is not a *CaseError: %v", err)
+	}
+	if err := conformance.Check(t.Context(), conformance.Harness{}); err == nil {
+		t.Fatal("Check passed a harness with no NewLocker")
+	}
+}
+
+func TestMissingCapabilitiesSkip(t *testing.T) {
+	h := harnessOn(func(b distlock.Backend, _ *memory.Store) distlock.Backend { return b })
+	h.Crash, h.ForceExpire = nil, nil
+	for _, name := range []string{"CrashFreesAfterTTL", "ForcedExpiryEndsDone", "StaleReleaseKeepsNewHolder"} {
+		err := findCase(t, name).Check(t.Context(), h)
+		var skip *conformance.SkipError
+		if !errors.As(err, &skip) {
+			t.Errorf("%s without the capability: want a skip, got %v", name, err)
+		}
+	}
+}
