@@ -7,8 +7,8 @@ set -euo pipefail
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
-command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ] || need+=(etcd-server etcd-client)
-[ -f /usr/share/zookeeper/bin/zkServer.sh ] || [ -d /usr/share/java ] && ls /usr/share/java/zookeeper*.jar >/dev/null 2>&1 || need+=(zookeeper)
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+[ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 

@@ -1,0 +1,21 @@
+# The README's two commands: `make demo` (the main job) and `make test`.
+GO ?= go
+
+.PHONY: setup demo test vet bench
+
+# Install the servers the tests and the demo start (Debian packages).
+setup:
+	bash scripts/setup.sh
+
+# The main job: compare the backends on local servers it starts itself.
+demo: setup
+	$(GO) run ./examples/swap
+
+# Everything CI runs: vet, then every test under the race detector against
+# real servers the tests start.
+test: setup
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+bench: setup
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./...

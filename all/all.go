@@ -1,0 +1,9 @@
+// Package all registers every distlock backend with distlock.Open. Import
+// it for its side effect when the backend is chosen by configuration:
+//
+//	import _ "github.com/distlock/distlock/all"
+package all
+
+import (
+	_ "github.com/distlock/distlock/memory" // mem://
+)

@@ -1,0 +1,76 @@
+package distlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/distlock/distlock"
+	_ "github.com/distlock/distlock/all" // registers mem://, redis://, etcd://, zk://…
+)
+
+// The backend is configuration: the same code runs on "redis://…",
+// "etcd://…" or "zk://…".
+func ExampleOpen() {
+	ctx := context.Background()
+	locker, err := distlock.Open(ctx, "mem://example-open?ttl=10s")
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	lease, err := locker.Acquire(ctx, "invoices")
+	if err != nil {
+		panic(err)
+	}
+	defer lease.Release(ctx)
+	fmt.Println("holding", lease.Key(), "with token", lease.Token())
+	// Output: holding invoices with token 1
+}
+
+// Do is what most code wants: the lease is renewed while fn runs, fn's
+// context is cancelled if the lock is lost, and the lock is released after.
+func ExampleLocker_Do() {
+	ctx := context.Background()
+	locker, _ := distlock.Open(ctx, "mem://example-do")
+	defer locker.Close()
+
+	err := locker.Do(ctx, "nightly-report", func(ctx context.Context, lease *distlock.Lease) error {
+		// Pass lease.Token() to whatever you write, so it can refuse a
+		// stale holder (see package fencing).
+		fmt.Println("running with token", lease.Token())
+		return nil
+	}, distlock.WithTTL(15*time.Second))
+	fmt.Println("err:", err)
+	// Output:
+	// running with token 1
+	// err: <nil>
+}
+
+// TryAcquire does not wait: it reports ErrNotAcquired when someone holds
+// the key.
+func ExampleLocker_TryAcquire() {
+	ctx := context.Background()
+	a, _ := distlock.Open(ctx, "mem://example-try")
+	b, _ := distlock.Open(ctx, "mem://example-try")
+	defer a.Close()
+	defer b.Close()
+
+	held, _ := a.TryAcquire(ctx, "cron:cleanup")
+	_, err := b.TryAcquire(ctx, "cron:cleanup")
+	fmt.Println(err != nil, held.Token())
+	// Output: true 1
+}
+
+// Done closes when the lease ends; Err says whether it was released or lost.
+func ExampleLease_Done() {
+	ctx := context.Background()
+	locker, _ := distlock.Open(ctx, "mem://example-done")
+	defer locker.Close()
+
+	lease, _ := locker.Acquire(ctx, "k", distlock.WithTTL(50*time.Millisecond))
+	<-lease.Done() // nobody refreshed it
+	fmt.Println(errors.Is(lease.Err(), distlock.ErrLeaseLost))
+	// Output: true
+}
