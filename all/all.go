@@ -6,4 +6,5 @@ package all
 
 import (
 	_ "github.com/distlock/distlock/memory" // mem://
+	_ "github.com/distlock/distlock/redis"  // redis://, rediss://
 )

@@ -1,0 +1,808 @@
+package redis_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/conformance"
+	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/redis"
+)
+
+// newClient returns a client whose socket I/O honours context deadlines.
+func newClient(t testing.TB, addr string) *goredis.Client {
+	c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// newLocker returns a Locker with its own client, closed with the Locker.
+func newLocker(t testing.TB, addr string, opts ...distlock.Option) distlock.Locker {
+	t.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	l, err := redis.New(c, append([]distlock.Option{redis.WithCloseClient(true)}, opts...)...)
+	if err != nil {
+		_ = c.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// harness runs the conformance suite on client(): a crash stops the
+// Locker's calls (no release, no renewal) and drops its client; a forced
+// expiry DELs the lock key through a separate admin client.
+func harness(admin goredis.UniversalClient, client func() goredis.UniversalClient, prefix string) conformance.Harness {
+	var reg conformance.CrashRegistry
+	return conformance.Harness{
+		NewLocker: func(ctx context.Context) (distlock.Locker, error) {
+			c := client()
+			b, err := redis.NewBackend(c, redis.WithKeyPrefix(prefix), redis.WithCloseClient(true))
+			if err != nil {
+				_ = c.Close()
+				return nil, err
+			}
+			cb := conformance.NewCrashable(b)
+			l, err := distlock.New(cb)
+			if err != nil {
+				_ = cb.Close()
+				return nil, err
+			}
+			return reg.Add(l, cb), nil
+		},
+		Crash: reg.Crash,
+		ForceExpire: func(ctx context.Context, key string) error {
+			n, err := admin.Del(ctx, redis.KeysFor(prefix, key).Lock).Result()
+			if err != nil {
+				return err
+			}
+			if n != 1 {
+				return fmt.Errorf("key %q is not held", key)
+			}
+			return nil
+		},
+		TTL: 500 * time.Millisecond,
+	}
+}
+
+func TestConformance(t *testing.T) {
+	srv := testserver.Redis(t)
+	admin := newClient(t, srv.Addr())
+	conformance.Run(t, harness(admin, func() goredis.UniversalClient {
+		return goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	}, "conf:"))
+}
+
+// commandCalls returns the calls per command from INFO commandstats.
+func commandCalls(t *testing.T, admin *goredis.Client) map[string]int {
+	t.Helper()
+	info, err := admin.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int{}
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		// cmdstat_evalsha:calls=3,usec=...
+		name, rest, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "cmdstat_"), ":calls=")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+		calls[name] = n
+	}
+	return calls
+}
+
+func scriptCalls(c map[string]int) int { return c["evalsha"] + c["eval"] }
+
+// A waiter on a long-held key sends nothing while it waits, and the
+// release's notice, not a poll, wakes it.
+func TestHandOffWithoutPolling(t *testing.T) {
+	srv := testserver.Redis(t)
+	admin := newClient(t, srv.Addr())
+	holder, waiter := newLocker(t, srv.Addr()), newLocker(t, srv.Addr())
+	ctx := t.Context()
+	const key = "handoff"
+	ls, err := holder.TryAcquire(ctx, key, distlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		ls  *distlock.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		w, err := waiter.Acquire(wctx, key, distlock.WithTTL(30*time.Second))
+		got <- result{w, err}
+	}()
+	// Wait until the waiter's subscription is live, then give it a moment
+	// for the one retry it makes once subscribed.
+	channel := redis.KeysFor(redis.DefaultPrefix, key).Channel
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m, err := admin.PubSubNumSub(ctx, channel).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m[channel] == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never subscribed to the release channel")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	// A polling waiter would have sent several attempts by now (the
+	// back-off caps at 500ms); the fallback poll waits min(PTTL, 5s).
+	if n := scriptCalls(commandCalls(t, admin)); n > 1 {
+		t.Fatalf("the waiter sent %d script calls in 1.5s while waiting on a held key; want at most 1", n)
+	}
+	released := time.Now()
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("waiter: %v", r.err)
+		}
+		// Generous, yet shorter than the ≥3s the fallback poll would take.
+		if d := time.Since(released); d > 1500*time.Millisecond {
+			t.Fatalf("waiter took %v after the release: woken by its fallback poll, not the notice", d)
+		}
+		if r.ls.Token() <= ls.Token() {
+			t.Fatalf("waiter's token %d not above the holder's %d", r.ls.Token(), ls.Token())
+		}
+		if err := r.ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("waiter not woken")
+	}
+}
+
+func scriptSHA(t *testing.T, name string) string {
+	t.Helper()
+	src, err := os.ReadFile("lua/" + name + ".lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha1.Sum(src)
+	return hex.EncodeToString(sum[:])
+}
+
+// After SCRIPT FLUSH every operation still works: EVALSHA's NOSCRIPT falls
+// back to EVAL, which loads the script again.
+func TestScriptFlushRecovery(t *testing.T) {
+	srv := testserver.Redis(t)
+	admin := newClient(t, srv.Addr())
+	l := newLocker(t, srv.Addr())
+	ctx := t.Context()
+	shas := []string{scriptSHA(t, "acquire"), scriptSHA(t, "refresh"), scriptSHA(t, "release")}
+
+	first, err := l.TryAcquire(ctx, "flush", distlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := admin.ScriptExists(ctx, shas...).Result(); err != nil || !ok[0] || !ok[1] || !ok[2] {
+		t.Fatalf("scripts not cached after first use: %v %v", ok, err)
+	}
+	for _, step := range []string{"acquire", "refresh", "release"} {
+		if err := admin.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var ls *distlock.Lease
+		switch step {
+		case "acquire":
+			ls, err = l.TryAcquire(ctx, "flush", distlock.WithTTL(time.Minute))
+			if err == nil {
+				if ls.Token() <= first.Token() {
+					t.Fatalf("token %d after flush not above %d", ls.Token(), first.Token())
+				}
+				first = ls
+			}
+		case "refresh":
+			err = first.Refresh(ctx)
+		case "release":
+			err = first.Release(ctx)
+		}
+		if err != nil {
+			t.Fatalf("%s after SCRIPT FLUSH: %v", step, err)
+		}
+		calls := commandCalls(t, admin)
+		if calls["eval"] != 1 {
+			t.Fatalf("%s after SCRIPT FLUSH: %d EVAL calls, want 1 (the NOSCRIPT fallback); stats %v", step, calls["eval"], calls)
+		}
+	}
+}
+
+// clusterSlot is CRC16-XMODEM mod 16384 of the key's hash tag, as Redis
+// Cluster computes it; used where CLUSTER KEYSLOT is disabled.
+func clusterSlot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}
+
+func TestKeyLayoutHashTag(t *testing.T) {
+	// Reference values from the Redis Cluster specification and docs.
+	for key, want := range map[string]int{"somekey": 11058, "foo{hash_tag}": 2515, "{hash_tag}bar": 2515, "foo{}{bar}": 8363} {
+		if got := clusterSlot(key); got != want {
+			t.Fatalf("test's slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+	srv := testserver.Redis(t)
+	admin := newClient(t, srv.Addr())
+	ctx := t.Context()
+	slot := func(key string) int {
+		n, err := admin.ClusterKeySlot(ctx, key).Result()
+		if err != nil {
+			// Redis 7.0 refuses CLUSTER KEYSLOT without cluster-enabled.
+			return clusterSlot(key)
+		}
+		return int(n)
+	}
+	keys := []string{"orders/42", "a}b", "}x", "{x}", "%7D", "a%7Db", "naïve", "a{b}c", "}", "{", "%"}
+	seen := map[string]string{}
+	for _, key := range keys {
+		k := redis.KeysFor(redis.DefaultPrefix, key)
+		if s1, s2, s3 := slot(k.Lock), slot(k.Counter), slot(k.Channel); s1 != s2 || s1 != s3 {
+			t.Errorf("key %q: lock %q slot %d, counter %q slot %d, channel %q slot %d", key, k.Lock, s1, k.Counter, s2, k.Channel, s3)
+		}
+		if tag := k.Lock[len(redis.DefaultPrefix)+1:]; !strings.HasPrefix(k.Lock, redis.DefaultPrefix+"{") || strings.IndexByte(tag, '}') < 1 {
+			t.Errorf("key %q: lock key %q has no non-empty hash tag after the prefix", key, k.Lock)
+		}
+		if other, dup := seen[k.Lock]; dup {
+			t.Errorf("keys %q and %q map to the same lock key %q", key, other, k.Lock)
+		}
+		seen[k.Lock] = key
+	}
+	if want := "distlock:{orders/42}"; redis.KeysFor(redis.DefaultPrefix, "orders/42").Lock != want {
+		t.Errorf("layout changed: %q", redis.KeysFor(redis.DefaultPrefix, "orders/42").Lock)
+	}
+
+	// The keys on the server are the documented ones: the lock expires, the
+	// counter holds the token and never expires.
+	l := newLocker(t, srv.Addr(), redis.WithKeyPrefix("app:"))
+	ls, err := l.TryAcquire(ctx, "a}b", distlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k redis.Keys
+	if !ls.As(&k) || k != redis.KeysFor("app:", "a}b") {
+		t.Fatalf("Lease.As(*Keys) = %+v", k)
+	}
+	if pttl := admin.PTTL(ctx, k.Lock).Val(); pttl <= 0 || pttl > time.Minute {
+		t.Errorf("PTTL %s = %v", k.Lock, pttl)
+	}
+	if v := admin.Get(ctx, k.Counter).Val(); v != ls.Token().String() {
+		t.Errorf("GET %s = %q, want the token %d", k.Counter, v, ls.Token())
+	}
+	if ttl := admin.TTL(ctx, k.Counter).Val(); ttl != -1 {
+		t.Errorf("TTL %s = %v, want -1 (no expiry)", k.Counter, ttl)
+	}
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := admin.Exists(ctx, k.Lock).Val(); n != 0 {
+		t.Errorf("lock key still exists after release")
+	}
+}
+
+// A killed (or frozen) server gives an error within the context deadline.
+func TestServerDown(t *testing.T) {
+	for _, fault := range []string{"kill", "pause"} {
+		t.Run(fault, func(t *testing.T) {
+			srv := testserver.Redis(t)
+			l := newLocker(t, srv.Addr())
+			ctx := t.Context()
+			ls, err := l.TryAcquire(ctx, "down", distlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fault == "kill" {
+				err = srv.Kill()
+			} else {
+				err = srv.Pause()
+				t.Cleanup(func() { _ = srv.Resume() })
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			const within = 500 * time.Millisecond
+			ops := map[string]func(context.Context) error{
+				"TryAcquire": func(ctx context.Context) error { _, err := l.TryAcquire(ctx, "other"); return err },
+				"Acquire":    func(ctx context.Context) error { _, err := l.Acquire(ctx, "other"); return err },
+				"Refresh":    func(ctx context.Context) error { return ls.Refresh(ctx) },
+				"Release":    ls.Release,
+			}
+			for name, op := range ops {
+				octx, cancel := context.WithTimeout(ctx, within)
+				start := time.Now()
+				err := op(octx)
+				took := time.Since(start)
+				cancel()
+				if err == nil {
+					t.Errorf("%s on a %sed server succeeded", name, fault)
+					continue
+				}
+				if errors.Is(err, distlock.ErrNotHeld) {
+					t.Errorf("%s on a %sed server: %v; want a server error, not ErrNotHeld", name, fault, err)
+				}
+				// The portable layer reports an attempt cut short by the
+				// deadline as a wait that ended: ErrNotAcquired and ctx.Err().
+				if errors.Is(err, distlock.ErrNotAcquired) && !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("%s on a %sed server: %v; want a server error, not \"held\"", name, fault, err)
+				}
+				// Generous slack for a loaded machine; a hang would be 3s+.
+				if took > within+time.Second {
+					t.Errorf("%s took %v with a %v deadline", name, took, within)
+				}
+				t.Logf("%s: %v (after %v)", name, err, took.Round(time.Millisecond))
+			}
+			if fault != "kill" {
+				return
+			}
+			// Given time for go-redis's own retries, the error names the cause.
+			octx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			_, err = l.TryAcquire(octx, "other")
+			if err == nil || errors.Is(err, distlock.ErrNotAcquired) || !strings.Contains(err.Error(), "refused") {
+				t.Errorf("TryAcquire on a killed server with a long deadline: %v; want the connection error", err)
+			}
+		})
+	}
+}
+
+func TestWaitReplicas(t *testing.T) {
+	srvs := testserver.RedisN(t, 2)
+	ctx := t.Context()
+	master, replica := newClient(t, srvs[0].Addr()), newClient(t, srvs[1].Addr())
+	if err := master.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := replica.Do(ctx, "REPLICAOF", "127.0.0.1", srvs[0].Port()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(replica.Info(ctx, "replication").Val(), "master_link_status:up") ||
+		!strings.Contains(master.Info(ctx, "replication").Val(), "connected_slaves:1") {
+		if time.Now().After(deadline) {
+			t.Fatal("replica did not sync")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	l := newLocker(t, srvs[0].Addr(), redis.WithWaitReplicas(1, 5*time.Second))
+	ls, err := l.TryAcquire(ctx, "replicated", distlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := redis.KeysFor(redis.DefaultPrefix, "replicated")
+	// WAIT returned, so the replica has the counter already.
+	if v := replica.Get(ctx, k.Counter).Val(); v != ls.Token().String() {
+		t.Fatalf("replica's counter = %q right after a WAITed acquire, want %d", v, ls.Token())
+	}
+	if err := ls.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Two replicas are never there: the acquire fails and leaves no lock.
+	l2 := newLocker(t, srvs[0].Addr(), redis.WithWaitReplicas(2, 100*time.Millisecond))
+	if _, err := l2.TryAcquire(ctx, "replicated"); !errors.Is(err, redis.ErrNotReplicated) {
+		t.Fatalf("TryAcquire waiting for 2 of 1 replicas: want ErrNotReplicated, got %v", err)
+	}
+	if n := master.Exists(ctx, k.Lock).Val(); n != 0 {
+		t.Fatal("an unreplicated acquire left its lock behind")
+	}
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestEvictionCheck(t *testing.T) {
+	srv := testserver.Redis(t)
+	admin := newClient(t, srv.Addr())
+	ctx := t.Context()
+	for _, tc := range []struct {
+		policy  string
+		mode    redis.EvictionCheck
+		refused bool
+		warn    string
+	}{
+		{"noeviction", redis.EvictionRefuse, false, ""},
+		{"noeviction", redis.EvictionWarn, false, ""},
+		{"allkeys-lru", redis.EvictionWarn, false, "token counter"},
+		{"allkeys-lfu", redis.EvictionRefuse, true, ""},
+		{"allkeys-random", redis.EvictionIgnore, false, ""},
+		{"volatile-lru", redis.EvictionRefuse, false, "held locks"},
+	} {
+		if err := admin.ConfigSet(ctx, "maxmemory-policy", tc.policy).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var logs syncBuffer
+		logger := slog.New(slog.NewTextHandler(&logs, nil))
+		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+		l, err := redis.New(c, redis.WithCloseClient(true), redis.WithEvictionCheck(tc.mode), distlock.WithLogger(logger))
+		if tc.refused {
+			if !errors.Is(err, redis.ErrEvictionPolicy) {
+				t.Errorf("%s, %v: want ErrEvictionPolicy, got %v", tc.policy, tc.mode, err)
+			}
+			_ = c.Close()
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s, %v: %v", tc.policy, tc.mode, err)
+		}
+		_ = l.Close()
+		switch out := logs.String(); {
+		case tc.warn == "" && out != "":
+			t.Errorf("%s, %v: unexpected log %q", tc.policy, tc.mode, out)
+		case tc.warn != "" && !strings.Contains(out, tc.warn):
+			t.Errorf("%s, %v: log %q does not warn about %q", tc.policy, tc.mode, out, tc.warn)
+		}
+	}
+	if p, err := redis.EvictionPolicy(ctx, admin); err != nil || p != "volatile-lru" {
+		t.Errorf("EvictionPolicy = %q, %v", p, err)
+	}
+	// A server that cannot be asked is refused in refuse mode.
+	srv.Kill()
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	defer c.Close()
+	if _, err := redis.New(c, redis.WithEvictionCheck(redis.EvictionRefuse)); !errors.Is(err, redis.ErrEvictionPolicy) {
+		t.Errorf("refuse mode on a down server: want ErrEvictionPolicy, got %v", err)
+	}
+}
+
+func TestRaiseToken(t *testing.T) {
+	srv := testserver.Redis(t)
+	c := newClient(t, srv.Addr())
+	ctx := t.Context()
+	k := redis.KeysFor("raise:", "k")
+	r, err := redis.AcquireOn(ctx, c, k, "me", time.Minute)
+	if err != nil || !r.Acquired || r.Token != 1 {
+		t.Fatalf("AcquireOn = %+v, %v", r, err)
+	}
+	held, err := redis.AcquireOn(ctx, c, k, "you", time.Minute)
+	if err != nil || held.Acquired || held.HolderTTL <= 0 || held.HolderTTL > time.Minute {
+		t.Fatalf("AcquireOn on a held key = %+v, %v", held, err)
+	}
+	big := distlock.Token(1<<62 + 1) // beyond Lua's exact doubles
+	for _, tc := range []struct {
+		owner string
+		token distlock.Token
+		ok    bool
+		want  string
+	}{
+		{"me", 5, true, "5"},
+		{"me", 3, true, "5"}, // never lowered
+		{"you", 9, false, "5"},
+		{"me", big, true, strconv.FormatInt(int64(big), 10)},
+		{"me", big - 1, true, strconv.FormatInt(int64(big), 10)},
+	} {
+		ok, err := redis.RaiseTokenOn(ctx, c, k, tc.owner, tc.token)
+		if err != nil || ok != tc.ok {
+			t.Fatalf("RaiseTokenOn(%s, %d) = %v, %v; want %v", tc.owner, tc.token, ok, err, tc.ok)
+		}
+		if v := c.Get(ctx, k.Counter).Val(); v != tc.want {
+			t.Fatalf("after RaiseTokenOn(%s, %d) the counter is %s, want %s", tc.owner, tc.token, v, tc.want)
+		}
+	}
+	if ok, err := redis.RefreshOn(ctx, c, k, "you", time.Minute); err != nil || ok {
+		t.Fatalf("RefreshOn by another owner = %v, %v", ok, err)
+	}
+	if ok, err := redis.ReleaseOn(ctx, c, k, "me"); err != nil || !ok {
+		t.Fatalf("ReleaseOn = %v, %v", ok, err)
+	}
+	r, err = redis.AcquireOn(ctx, c, k, "you", time.Millisecond/2) // rounds up to 1ms, not PX 0
+	if err != nil || !r.Acquired || r.Token != big+1 {
+		t.Fatalf("AcquireOn after raise = %+v, %v; want token %d", r, err, big+1)
+	}
+	// A corrupt counter fails the acquire and leaves no lock behind.
+	time.Sleep(5 * time.Millisecond)
+	if err := c.Set(ctx, k.Counter, "not a number", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redis.AcquireOn(ctx, c, k, "me", time.Minute); err == nil {
+		t.Fatal("AcquireOn with a corrupt counter succeeded")
+	}
+	if n := c.Exists(ctx, k.Lock).Val(); n != 0 {
+		t.Fatal("a failed acquire left its lock behind")
+	}
+}
+
+func readerGoroutines() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return bytes.Count(buf, []byte("redis.(*Notifier).read("))
+}
+
+func TestNotifier(t *testing.T) {
+	srv := testserver.Redis(t)
+	admin := newClient(t, srv.Addr())
+	c := newClient(t, srv.Addr())
+	ctx := t.Context()
+	before := readerGoroutines()
+	n := redis.NewNotifier(c, "n:")
+	channel := redis.KeysFor("n:", "k").Channel
+	wait := func(s distlock.Subscription, d time.Duration) error {
+		wctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		return s.Wait(wctx)
+	}
+
+	s1, err := n.Subscribe(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if readerGoroutines() != before {
+		t.Fatal("Subscribe started the reader before any Wait")
+	}
+	// The first Wait subscribes and returns once the subscription is live.
+	if err := wait(s1, 5*time.Second); err != nil {
+		t.Fatalf("first Wait: %v", err)
+	}
+	if m := admin.PubSubNumSub(ctx, channel).Val(); m[channel] != 1 {
+		t.Fatalf("after the first Wait the channel has %d subscribers", m[channel])
+	}
+	// Nothing published: Wait blocks until its context ends.
+	if err := wait(s1, 100*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait with no notice: %v", err)
+	}
+	// A notice that arrives before Wait is kept for it, for every
+	// subscription, including one made after the channel went live.
+	s2, _ := n.Subscribe(ctx, "k")
+	other, _ := n.Subscribe(ctx, "other")
+	if err := admin.Publish(ctx, channel, "").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	for i, s := range []distlock.Subscription{s1, s2} {
+		if err := wait(s, 50*time.Millisecond); err != nil {
+			t.Fatalf("subscription %d missed a notice sent before its Wait: %v", i+1, err)
+		}
+	}
+	if err := wait(other, 50*time.Millisecond); err != nil {
+		t.Fatalf("first Wait on another key: %v", err) // its subscription goes live
+	}
+	if err := wait(other, 100*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a notice on k woke a waiter on another key: %v", err)
+	}
+
+	// A dropped connection wakes waiters; they subscribe again and see
+	// later notices.
+	errc := make(chan error, 1)
+	go func() { errc <- wait(s1, 10*time.Second) }()
+	time.Sleep(100 * time.Millisecond)
+	if err := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("Wait across a dropped connection: %v", err)
+	}
+	if err := wait(s1, 5*time.Second); err != nil { // resubscribes
+		t.Fatalf("Wait after reconnect: %v", err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	_ = wait(s1, 10*time.Millisecond) // drain a notice from the reconnect, if any
+	if err := admin.Publish(ctx, channel, "").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(s1, 5*time.Second); err != nil {
+		t.Fatalf("notice after reconnect: %v", err)
+	}
+
+	// The last Close of a channel unsubscribes it.
+	for _, s := range []distlock.Subscription{s1, s2, other} {
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for admin.PubSubNumSub(ctx, channel).Val()[channel] != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("channel still subscribed after every subscription closed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s3, _ := n.Subscribe(ctx, "k")
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s3.Wait(ctx); !errors.Is(err, distlock.ErrClosed) {
+		t.Fatalf("Wait after Close: %v", err)
+	}
+	if _, err := n.Subscribe(ctx, "k"); !errors.Is(err, distlock.ErrClosed) {
+		t.Fatalf("Subscribe after Close: %v", err)
+	}
+	if got := readerGoroutines(); got != before {
+		t.Fatalf("%d reader goroutines left after Close", got-before)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	for name, opt := range map[string]distlock.Option{
+		"brace prefix":      redis.WithKeyPrefix("a{b"),
+		"negative replicas": redis.WithWaitReplicas(-1, time.Second),
+		"zero wait timeout": redis.WithWaitReplicas(1, 0),
+		"bad eviction mode": redis.WithEvictionCheck(redis.EvictionCheck(42)),
+	} {
+		if _, err := redis.New(c, opt, redis.WithEvictionCheck(redis.EvictionIgnore)); !errors.Is(err, distlock.ErrInvalidOption) {
+			t.Errorf("%s: want ErrInvalidOption, got %v", name, err)
+		}
+	}
+	if _, err := redis.New(nil); !errors.Is(err, distlock.ErrInvalid) {
+		t.Errorf("nil client: want ErrInvalid, got %v", err)
+	}
+	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer ring.Close()
+	if _, err := redis.New(ring, redis.WithWaitReplicas(1, time.Second), redis.WithEvictionCheck(redis.EvictionIgnore)); !errors.Is(err, distlock.ErrInvalidOption) {
+		t.Errorf("WAIT on a Ring: want ErrInvalidOption, got %v", err)
+	}
+	if _, err := redis.New(c, redis.WithEvictionCheck(redis.EvictionIgnore), distlock.WithTTL(-time.Second)); !errors.Is(err, distlock.ErrInvalidTTL) {
+		t.Errorf("bad TTL: want ErrInvalidTTL, got %v", err)
+	}
+}
+
+func TestOpen(t *testing.T) {
+	ctx := t.Context()
+	for _, tc := range []struct{ url, want string }{
+		{"redis://127.0.0.1:1/?bogus=1", "bogus"},
+		{"redis://127.0.0.1:1/?prefix=a{b", "brace"},
+		{"redis://127.0.0.1:1/?eviction=sometimes", "eviction"},
+		{"redis://127.0.0.1:1/?wait_replicas=x", "wait_replicas"},
+		{"redis://127.0.0.1:1/?wait_replicas=1&wait_timeout=-1s", "timeout"},
+		{"redis://127.0.0.1:1/?dial_timeout=soon", "dial_timeout"},
+		{"redis://127.0.0.1:1/notadb", "db"},
+	} {
+		l, err := distlock.Open(ctx, tc.url)
+		if err == nil {
+			_ = l.Close()
+			t.Errorf("Open(%q) succeeded", tc.url)
+			continue
+		}
+		if !errors.Is(err, distlock.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Open(%q) = %v; want ErrInvalid mentioning %q", tc.url, err, tc.want)
+		}
+	}
+
+	srv := testserver.Redis(t)
+	l, err := distlock.Open(ctx, "redis://"+srv.Addr()+"/2?prefix=app:&ttl=5s&dial_timeout=1s&eviction=refuse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var uc goredis.UniversalClient
+	var cl *goredis.Client
+	if !distlock.As(l, &uc) || !distlock.As(l, &cl) || cl.Options().DB != 2 || !cl.Options().ContextTimeoutEnabled {
+		t.Fatalf("As: client %v", cl)
+	}
+	var cc *goredis.ClusterClient
+	if distlock.As(l, &cc) {
+		t.Fatal("As gave a ClusterClient for a plain client")
+	}
+	ls, err := l.TryAcquire(ctx, "opened")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls.TTL() != 5*time.Second {
+		t.Fatalf("ttl=5s gave %v", ls.TTL())
+	}
+	db2 := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), DB: 2})
+	defer db2.Close()
+	if n := db2.Exists(ctx, "app:{opened}").Val(); n != 1 {
+		t.Fatal("lock key app:{opened} not in db 2")
+	}
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g := l.Guarantees()
+	if g.Backend != "redis" || g.Wait != distlock.WaitNotify || !g.RestartLosesLocks || g.FailuresTolerated != 0 ||
+		!strings.Contains(g.TokenSource, "INCR") {
+		t.Fatalf("Guarantees = %+v", g)
+	}
+}
+
+// The declared caveat, shown: a restart without persistence forgets held
+// locks and restarts the token counter.
+func TestRestartLosesLocks(t *testing.T) {
+	srv := testserver.Redis(t) // no appendonly: nothing survives a restart
+	ctx := t.Context()
+	a, b := newLocker(t, srv.Addr()), newLocker(t, srv.Addr())
+	var last *distlock.Lease
+	for range 3 {
+		ls, err := a.TryAcquire(ctx, "restart", distlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		last = ls
+	}
+	held, err := a.TryAcquire(ctx, "restart", distlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := b.TryAcquire(ctx, "restart", distlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatalf("after a restart without persistence the old lock should be gone: %v", err)
+	}
+	if ls.Token() > last.Token() {
+		t.Fatalf("token %d after the restart; expected the counter to have restarted (previous %d)", ls.Token(), held.Token())
+	}
+	if !b.Guarantees().RestartLosesLocks {
+		t.Fatal("Guarantees().RestartLosesLocks is false")
+	}
+}

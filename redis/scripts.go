@@ -1,0 +1,152 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/distlock/distlock"
+)
+
+// The lock scripts. go-redis's Script.Run sends EVALSHA and falls back to
+// EVAL (which also reloads the script cache) on NOSCRIPT, so a SCRIPT FLUSH
+// or a failover to a fresh replica costs one extra round trip, not an error.
+var (
+	//go:embed lua/acquire.lua
+	acquireSrc string
+	//go:embed lua/refresh.lua
+	refreshSrc string
+	//go:embed lua/release.lua
+	releaseSrc string
+	//go:embed lua/raise.lua
+	raiseSrc string
+
+	acquireScript = goredis.NewScript(acquireSrc)
+	refreshScript = goredis.NewScript(refreshSrc)
+	releaseScript = goredis.NewScript(releaseSrc)
+	raiseScript   = goredis.NewScript(raiseSrc)
+)
+
+// DefaultPrefix is the key prefix used when WithKeyPrefix is not given.
+const DefaultPrefix = "distlock:"
+
+// Keys names the Redis keys of one lock. All three share the hash tag
+// "{key}", so they live in one Cluster slot and one script may touch them.
+type Keys struct {
+	Lock    string // the lock: owner value, with a PX expiry
+	Counter string // the fencing-token counter: INCR'd per grant, never expires
+	Channel string // pub/sub channel of release notices (not a key)
+}
+
+// KeysFor returns the layout of key under prefix:
+//
+//	<prefix>{<key>}            lock
+//	<prefix>{<key>}:token      token counter
+//	<prefix>{<key>}:released   release channel
+//
+// In the tag, "%" becomes "%25" and "}" becomes "%7D", so a key cannot end
+// the hash tag early (or leave it empty) and distinct keys stay distinct.
+// The prefix must not contain braces (WithKeyPrefix enforces it).
+func KeysFor(prefix, key string) Keys {
+	base := prefix + "{" + escapeTag(key) + "}"
+	return Keys{Lock: base, Counter: base + ":token", Channel: base + ":released"}
+}
+
+func escapeTag(key string) string {
+	if !strings.ContainsAny(key, "%}") {
+		return key
+	}
+	return strings.NewReplacer("%", "%25", "}", "%7D").Replace(key)
+}
+
+// AcquireResult is the outcome of one acquire script run.
+type AcquireResult struct {
+	// Acquired is true when the lock was free and is now held by owner.
+	Acquired bool
+	// Token is the new fencing token (counter value) when Acquired.
+	Token distlock.Token
+	// HolderTTL is the current holder's remaining time when not Acquired;
+	// zero or negative when the server did not report one.
+	HolderTTL time.Duration
+}
+
+// The functions below are the node-level surface: each runs one script, in
+// one round trip, on one goredis.Scripter (a client or a *goredis.Conn; not
+// a pipeline), and neither retries nor validates. The single-Redis backend is built on them;
+// the Redlock backend runs them on each of its nodes.
+
+// AcquireOn runs the acquire script: SET k.Lock owner NX PX ttl and, only if
+// that succeeded, INCR k.Counter, returning the counter as the token. When
+// the lock is held it returns the holder's PTTL instead.
+func AcquireOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration) (AcquireResult, error) {
+	v, err := acquireScript.Run(ctx, c, []string{k.Lock, k.Counter}, owner, millis(ttl)).Slice()
+	if err != nil {
+		return AcquireResult{}, fmt.Errorf("acquire script: %w", err)
+	}
+	if len(v) != 2 {
+		return AcquireResult{}, fmt.Errorf("acquire script: unexpected reply %v", v)
+	}
+	switch taken := v[0].(type) {
+	case int64:
+		if taken == 0 {
+			if pttl, ok := v[1].(int64); ok {
+				return AcquireResult{HolderTTL: time.Duration(pttl) * time.Millisecond}, nil
+			}
+		} else if s, ok := v[1].(string); ok {
+			if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+				return AcquireResult{Acquired: true, Token: distlock.Token(n)}, nil
+			}
+		}
+	}
+	return AcquireResult{}, fmt.Errorf("acquire script: unexpected reply %v", v)
+}
+
+// RefreshOn runs the refresh script: PEXPIRE k.Lock ttl if it still holds
+// owner. It reports whether the lock was ours.
+func RefreshOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration) (bool, error) {
+	n, err := refreshScript.Run(ctx, c, []string{k.Lock}, owner, millis(ttl)).Int64()
+	if err != nil {
+		return false, fmt.Errorf("refresh script: %w", err)
+	}
+	return n == 1, nil
+}
+
+// ReleaseOn runs the release script: DEL k.Lock if it still holds owner, and
+// PUBLISH an empty notice on k.Channel. It reports whether the lock was ours.
+func ReleaseOn(ctx context.Context, c goredis.Scripter, k Keys, owner string) (bool, error) {
+	n, err := releaseScript.Run(ctx, c, []string{k.Lock}, owner, k.Channel).Int64()
+	if err != nil {
+		return false, fmt.Errorf("release script: %w", err)
+	}
+	return n == 1, nil
+}
+
+// RaiseTokenOn runs Redlock's phase-2 script: if k.Lock still holds owner,
+// raise k.Counter to at least token (never lowering it) and report true;
+// otherwise change nothing and report false.
+func RaiseTokenOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, token distlock.Token) (bool, error) {
+	if token < 0 {
+		return false, errors.New("raise script: negative token")
+	}
+	n, err := raiseScript.Run(ctx, c, []string{k.Lock, k.Counter}, owner, strconv.FormatInt(int64(token), 10)).Int64()
+	if err != nil {
+		return false, fmt.Errorf("raise script: %w", err)
+	}
+	return n == 1, nil
+}
+
+// millis converts a TTL to whole milliseconds, rounding up so that a
+// sub-millisecond TTL does not become the invalid PX 0.
+func millis(d time.Duration) int64 {
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 || ms == 0 {
+		ms++
+	}
+	return ms
+}
