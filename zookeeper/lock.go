@@ -1,0 +1,462 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/distlock/distlock"
+)
+
+// node is a lock znode this backend created; it is the Grant's Handle.
+type node struct {
+	dir, path, name string
+	owner           string
+	seq             int64
+	czxid           int64
+	version         int32
+	session         int64
+	epoch           *epoch
+}
+
+// Node describes the znode behind a lease. Reach it with Lease.As:
+//
+//	var n zookeeper.Node
+//	if lease.As(&n) { ... n.Path ... }
+type Node struct {
+	Path      string // the lock znode
+	Czxid     int64  // the zxid of its creation: the lease's token
+	SessionID int64  // the session that owns it
+}
+
+// As fills a *Node.
+func (n *node) As(target any) bool {
+	if p, ok := target.(*Node); ok {
+		*p = Node{Path: n.path, Czxid: n.czxid, SessionID: n.session}
+		return true
+	}
+	return false
+}
+
+// TryLock joins the key's queue and, unless it is first, leaves it again at
+// once: nothing stays behind when the key is held.
+func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+	return b.acquire(ctx, req, false)
+}
+
+// Lock joins the key's queue and waits, watching only its predecessor,
+// until it is first or ctx ends; then it deletes its znode before returning.
+func (b *backend) Lock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+	return b.acquire(ctx, req, true)
+}
+
+func (b *backend) acquire(ctx context.Context, req distlock.Request, wait bool) (distlock.Grant, error) {
+	conn := b.conn.Load()
+	dir := b.base + "/" + escapeKey(req.Key)
+	n, stat, err := b.enqueue(ctx, conn, dir, req.Owner)
+	if err != nil {
+		return distlock.Grant{}, err
+	}
+	g, err := b.await(ctx, conn, req.Key, n, stat, wait)
+	if err != nil {
+		b.dequeue(ctx, conn, n)
+		return distlock.Grant{}, err
+	}
+	return g, nil
+}
+
+// firstLook is the first listing of the key directory together with our
+// znode's stat: two requests sent at once, so one round trip.
+type firstLook struct {
+	children  []string
+	childErr  error
+	stat      *zk.Stat
+	statErr   error
+	exists    bool
+	listStart time.Time
+}
+
+// enqueue creates our znode; if the key directory is missing (first use,
+// or reaped by the server while empty) it creates it as a container and
+// tries again.
+func (b *backend) enqueue(ctx context.Context, conn *zk.Conn, dir, owner string) (*node, *firstLook, error) {
+	prefix := dir + "/lock-" + escapeOwner(owner) + "-"
+	for attempt := 0; ; attempt++ {
+		path, look, err := b.create(ctx, conn, dir, owner, prefix)
+		if err == nil {
+			name := path[len(dir)+1:]
+			_, seq, ok := parseName(name)
+			if !ok {
+				b.dequeue(ctx, conn, &node{dir: dir, path: path, owner: owner})
+				return nil, nil, fmt.Errorf("zookeeper: unexpected znode name %q", path)
+			}
+			return &node{dir: dir, path: path, name: name, owner: owner, seq: seq}, look, nil
+		}
+		if !errors.Is(err, zk.ErrNoNode) || attempt == 2 {
+			return nil, nil, fmt.Errorf("zookeeper: create lock znode under %s: %w", dir, err)
+		}
+		if err := b.ensureDir(ctx, conn, dir); err != nil {
+			return nil, nil, err
+		}
+	}
+}
+
+// create makes our EPHEMERAL|SEQUENTIAL znode and, once it exists, sends
+// the first listing and the stat request together. If ctx ends before the
+// create's reply, or the reply is lost with the connection, the znode may
+// exist: the janitor finds it by our owner id and deletes it.
+func (b *backend) create(ctx context.Context, conn *zk.Conn, dir, owner, prefix string) (string, *firstLook, error) {
+	if err := ctx.Err(); err != nil {
+		return "", nil, err
+	}
+	type result struct {
+		path string
+		err  error
+	}
+	var (
+		mu     sync.Mutex
+		gaveUp bool
+		ch     = make(chan result, 1)
+	)
+	go func() {
+		p, err := conn.Create(prefix, nil, zk.FlagEphemeral|zk.FlagSequence, b.acl)
+		mu.Lock()
+		abandoned := gaveUp
+		if !abandoned {
+			ch <- result{p, err}
+		}
+		mu.Unlock()
+		if abandoned && (err == nil || !definitelyNotCreated(err)) {
+			b.janitor.add(orphan{dir: dir, owner: owner})
+		}
+	}()
+	var r result
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		mu.Lock()
+		select {
+		case r = <-ch: // it just arrived: handle it as below
+			mu.Unlock()
+		default:
+			gaveUp = true
+			mu.Unlock()
+			return "", nil, ctx.Err()
+		}
+	}
+	if r.err != nil {
+		if !definitelyNotCreated(r.err) {
+			b.janitor.add(orphan{dir: dir, owner: owner})
+		}
+		return "", nil, r.err
+	}
+	if ctx.Err() != nil {
+		return r.path, nil, nil // await notices ctx and dequeues
+	}
+	return r.path, b.look(ctx, conn, dir, r.path), nil
+}
+
+// look sends Children(dir) and Exists(path) back to back. ZooKeeper answers
+// a session's requests in order, so both see our znode.
+func (b *backend) look(ctx context.Context, conn *zk.Conn, dir, path string) *firstLook {
+	res := &firstLook{listStart: time.Now()}
+	done := make(chan struct{}, 2)
+	go func() {
+		res.children, _, res.childErr = conn.Children(dir)
+		done <- struct{}{}
+	}()
+	go func() {
+		res.exists, res.stat, res.statErr = conn.Exists(path)
+		done <- struct{}{}
+	}()
+	for range 2 {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil // abandoned: the goroutines finish on their own
+		}
+	}
+	return res
+}
+
+// await waits until our znode is the lowest in the directory (or, for a
+// try, checks once).
+func (b *backend) await(ctx context.Context, conn *zk.Conn, key string, n *node, look *firstLook, wait bool) (distlock.Grant, error) {
+	if look == nil {
+		if err := ctx.Err(); err != nil {
+			return distlock.Grant{}, err
+		}
+		look = b.look(ctx, conn, n.dir, n.path)
+		if look == nil {
+			return distlock.Grant{}, ctx.Err()
+		}
+	}
+	switch {
+	case look.statErr != nil:
+		return distlock.Grant{}, fmt.Errorf("zookeeper: stat %s: %w", n.path, look.statErr)
+	case !look.exists:
+		return distlock.Grant{}, fmt.Errorf("zookeeper: %s vanished after its create: %w", n.path, errSessionLost)
+	}
+	n.czxid, n.version, n.session = look.stat.Czxid, look.stat.Version, look.stat.EphemeralOwner
+	n.epoch = b.sess.epochFor(n.session)
+	if n.epoch == nil {
+		return distlock.Grant{}, fmt.Errorf("zookeeper: %s belongs to session %#x: %w", n.path, n.session, errSessionLost)
+	}
+	children, start, err := look.children, look.listStart, look.childErr
+	for {
+		if err != nil {
+			return distlock.Grant{}, fmt.Errorf("zookeeper: list %s: %w", n.dir, err)
+		}
+		found, pred := position(children, n)
+		if !found {
+			return distlock.Grant{}, fmt.Errorf("zookeeper: %s is gone: %w", n.path, errSessionLost)
+		}
+		if pred == "" {
+			if !b.sess.hold(n) {
+				return distlock.Grant{}, errSessionLost
+			}
+			return distlock.Grant{Token: distlock.Token(n.czxid), Start: start, Lost: n.epoch.lost, Handle: n}, nil
+		}
+		if !wait {
+			return distlock.Grant{}, &distlock.HeldError{Key: key}
+		}
+		type watch struct {
+			exists bool
+			ch     <-chan zk.Event
+		}
+		w, err := call(b, ctx, func() (watch, error) {
+			ok, _, ch, err := conn.ExistsW(n.dir + "/" + pred)
+			return watch{ok, ch}, err
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return distlock.Grant{}, ctx.Err()
+			}
+			return distlock.Grant{}, fmt.Errorf("zookeeper: watch %s/%s: %w", n.dir, pred, err)
+		}
+		if w.exists {
+			select {
+			case ev := <-w.ch:
+				b.watchFires.Add(1)
+				if ev.Err != nil {
+					return distlock.Grant{}, fmt.Errorf("zookeeper: watch on %s/%s: %w", n.dir, pred, ev.Err)
+				}
+			case <-ctx.Done():
+				return distlock.Grant{}, ctx.Err()
+			case <-n.epoch.lost:
+				return distlock.Grant{}, errSessionLost
+			}
+		}
+		start = time.Now()
+		children, err = call(b, ctx, func() ([]string, error) {
+			c, _, err := conn.Children(n.dir)
+			return c, err
+		})
+		if err != nil && ctx.Err() != nil {
+			return distlock.Grant{}, ctx.Err()
+		}
+	}
+}
+
+// dequeue deletes our znode after a failed or abandoned acquire, within a
+// bounded time even if ctx has ended; the janitor takes over if it cannot.
+func (b *backend) dequeue(ctx context.Context, conn *zk.Conn, n *node) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cleanupTimeout())
+	defer cancel()
+	_, err := call(b, dctx, func() (struct{}, error) { return struct{}{}, conn.Delete(n.path, -1) })
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		b.janitor.add(orphan{dir: n.dir, owner: n.owner, session: n.session})
+	}
+}
+
+// Refresh confirms our znode still exists: the lock lives as long as the
+// session, so there is nothing to extend on the server.
+func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Duration) (time.Duration, error) {
+	n, ok := g.Handle.(*node)
+	if !ok {
+		return 0, fmt.Errorf("zookeeper: grant of another backend (%T)", g.Handle)
+	}
+	conn := b.conn.Load()
+	if closed, _ := b.sess.ended(n); closed {
+		// Expired, or given up after the grace (the janitor deletes it).
+		b.sess.forget(n)
+		return 0, fmt.Errorf("%w: session %#x lost", distlock.ErrNotHeld, n.session)
+	}
+	if sid := conn.SessionID(); sid != 0 && sid != n.session {
+		b.sess.forget(n)
+		return 0, fmt.Errorf("%w: session %#x has ended", distlock.ErrNotHeld, n.session)
+	}
+	type res struct {
+		ok   bool
+		stat *zk.Stat
+	}
+	r, err := call(b, ctx, func() (res, error) {
+		ok, st, err := conn.Exists(n.path)
+		return res{ok, st}, err
+	})
+	if err != nil {
+		return 0, err
+	}
+	if !r.ok || r.stat.Czxid != n.czxid || r.stat.EphemeralOwner != n.session {
+		b.sess.forget(n)
+		return 0, fmt.Errorf("%w: %s is gone", distlock.ErrNotHeld, n.path)
+	}
+	return ttl, nil
+}
+
+// Unlock deletes our znode, at the version it was created with.
+func (b *backend) Unlock(ctx context.Context, g distlock.Grant) error {
+	n, ok := g.Handle.(*node)
+	if !ok {
+		return fmt.Errorf("zookeeper: grant of another backend (%T)", g.Handle)
+	}
+	conn := b.conn.Load()
+	closed, expired := b.sess.ended(n)
+	if expired || (conn.SessionID() != 0 && conn.SessionID() != n.session) {
+		b.sess.forget(n)
+		return fmt.Errorf("%w: session %#x has ended", distlock.ErrNotHeld, n.session)
+	}
+	_, err := call(b, ctx, func() (struct{}, error) { return struct{}{}, conn.Delete(n.path, n.version) })
+	switch {
+	case err == nil:
+		b.sess.forget(n)
+		return nil
+	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion):
+		b.sess.forget(n)
+		return fmt.Errorf("%w: %s: %w", distlock.ErrNotHeld, n.path, err)
+	case closed:
+		// Given up after the grace: the janitor has it in hand.
+		return fmt.Errorf("%w: %s given up after the disconnect grace: %w", distlock.ErrNotHeld, n.path, err)
+	default:
+		return err
+	}
+}
+
+// ensureDir creates the key directory as a container znode, and the base
+// path's missing ancestors as persistent ones.
+func (b *backend) ensureDir(ctx context.Context, conn *zk.Conn, dir string) error {
+	mk := func() error {
+		_, err := call(b, ctx, func() (string, error) { return conn.CreateContainer(dir, nil, zk.FlagContainer, b.acl) })
+		if errors.Is(err, zk.ErrNodeExists) {
+			return nil
+		}
+		return err
+	}
+	err := mk()
+	if !errors.Is(err, zk.ErrNoNode) {
+		if err != nil {
+			return fmt.Errorf("zookeeper: create key directory %s: %w", dir, err)
+		}
+		return nil
+	}
+	p := ""
+	for _, seg := range strings.Split(b.base[1:], "/") {
+		p += "/" + seg
+		_, err := call(b, ctx, func() (string, error) { return conn.Create(p, nil, zk.FlagPersistent, b.acl) })
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return fmt.Errorf("zookeeper: create base path %s: %w", p, err)
+		}
+	}
+	if err := mk(); err != nil {
+		return fmt.Errorf("zookeeper: create key directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// definitelyNotCreated reports whether a create error proves that the znode
+// does not exist; any other error leaves it in doubt.
+func definitelyNotCreated(err error) bool {
+	for _, e := range []error{zk.ErrNoNode, zk.ErrNodeExists, zk.ErrNoAuth, zk.ErrInvalidACL,
+		zk.ErrNoChildrenForEphemerals, zk.ErrBadArguments, zk.ErrInvalidFlags, zk.ErrInvalidPath,
+		zk.ErrSessionExpired, zk.ErrAuthFailed} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// position finds our znode among the children and its immediate
+// predecessor ("" if we are first). Names not of our form are ignored.
+func position(children []string, n *node) (found bool, pred string) {
+	var predSeq int64
+	for _, c := range children {
+		if c == n.name {
+			found = true
+			continue
+		}
+		_, seq, ok := parseName(c)
+		if !ok || seq >= n.seq {
+			continue
+		}
+		if pred == "" || seq > predSeq {
+			pred, predSeq = c, seq
+		}
+	}
+	return found, pred
+}
+
+// parseName splits "lock-<owner>-<sequence>". ZooKeeper prints the sequence
+// as %010d of an int32, so after 2^31 creates in one directory it turns
+// negative ("lock-<owner>--2147483648"); the order is then wrong, which
+// needs a directory never empty for that long.
+func parseName(name string) (owner string, seq int64, ok bool) {
+	rest, ok := strings.CutPrefix(name, "lock-")
+	if !ok {
+		return "", 0, false
+	}
+	i := strings.LastIndexByte(rest, '-')
+	if i <= 0 {
+		return "", 0, false
+	}
+	ownerEnd, digits := i, rest[i+1:]
+	if rest[i-1] == '-' {
+		ownerEnd, digits = i-1, "-"+digits
+	}
+	if ownerEnd == 0 {
+		return "", 0, false
+	}
+	seq, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return rest[:ownerEnd], seq, true
+}
+
+// escapeKey maps a key to one znode name, injectively: bytes other than
+// letters, digits, '-', '_' and '.' become %XX, and so do the dots of the
+// names "." and "..".
+func escapeKey(key string) string {
+	s := escape(key, "-_.")
+	if s == "." || s == ".." {
+		s = strings.ReplaceAll(s, ".", "%2E")
+	}
+	return s
+}
+
+// escapeOwner escapes an owner id for use in a znode name; '-' is escaped
+// too, since it separates the owner from the sequence.
+func escapeOwner(owner string) string { return escape(owner, "_") }
+
+func escape(s, keep string) string {
+	const hex = "0123456789ABCDEF"
+	var sb strings.Builder
+	sb.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte(keep, c) >= 0 {
+			sb.WriteByte(c)
+			continue
+		}
+		sb.WriteByte('%')
+		sb.WriteByte(hex[c>>4])
+		sb.WriteByte(hex[c&15])
+	}
+	return sb.String()
+}
