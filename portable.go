@@ -172,6 +172,11 @@ func (l *locker) acquireError(ctx, bctx context.Context, key string, err error) 
 		return fmt.Errorf("%w: acquiring %q", ErrClosed, key)
 	}
 	if cerr := ctx.Err(); cerr != nil {
+		if !errors.Is(err, ErrNotAcquired) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			// Keep what the server said: "deadline exceeded" alone hides
+			// a dead server.
+			return fmt.Errorf("%w (last error: %v)", waitEnded(key, cerr), err)
+		}
 		return waitEnded(key, cerr)
 	}
 	if errors.Is(err, ErrNotAcquired) {
