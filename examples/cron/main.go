@@ -1,0 +1,264 @@
+// Command cron runs a job once per schedule slot across several replicas.
+// Every replica has its own Locker (as separate processes would) and wakes
+// at each slot boundary; all of them call Locker.Do on the slot's key,
+// "cron:report:<slot start>", and the one that gets it runs the job.
+//
+//	go run ./examples/cron                                  # mem://
+//	go run ./examples/cron -url redis://127.0.0.1:6379 -replicas 5 -ticks 10 -every 1s
+//	DISTLOCK_URL=etcd://127.0.0.1:2379 go run ./examples/cron
+//
+// Why a slot runs once, not once per replica:
+//
+//   - The winner keeps the slot's key until the slot ends, even when the job
+//     is done sooner (Do keeps the lease renewed meanwhile). Releasing early
+//     would let a replica that woke late take the free key and run the slot
+//     again.
+//   - A replica that gets the key after the slot's start window (the first
+//     three quarters of the slot) does not run the job. In the normal case
+//     that only happens just after the winner released at the slot's end;
+//     the check makes that race harmless.
+//   - The others keep waiting in Do until the slot ends. If the winner dies
+//     or loses its lease (Do cancels its job's context at once), its key
+//     frees at the TTL and a standby takes over, if still inside the start
+//     window.
+//
+// In a real deployment each replica is a process (a pod, a VM) running this
+// loop with DISTLOCK_URL naming the shared Redis, etcd or ZooKeeper, and:
+//
+//   - Slots come from each host's wall clock, so clock skew between hosts
+//     must stay well below a quarter of the period (use NTP), or a replica
+//     with a slow clock could start a slot another has already finished.
+//   - The lock guarantees one runner at a time, not one run per slot: a
+//     runner that stalls past its lease (GC pause, partition) and the
+//     standby that replaced it may both act. Record the run where the job
+//     writes, guarded by the lease's fencing token (see examples/fencing),
+//     for example a row keyed by the slot that only the first token may
+//     insert. This example keeps that record in memory to check the result,
+//     which is only meaningful because its replicas share one process.
+//   - The job gets the rest of its slot; a job longer than the period needs
+//     a longer slot or a key that outlives it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/distlock/distlock"
+	_ "github.com/distlock/distlock/all"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "cron:", err)
+		os.Exit(1)
+	}
+}
+
+// errLate is a replica declining a slot whose start window has passed.
+var errLate = errors.New("slot's start window has passed")
+
+type config struct {
+	url      string
+	replicas int
+	ticks    int
+	every    time.Duration
+	job      time.Duration
+	ttl      time.Duration
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("cron", flag.ContinueOnError)
+	fs.SetOutput(out)
+	var c config
+	fs.StringVar(&c.url, "url", envOr("DISTLOCK_URL", "mem://"), "backend URL (default $DISTLOCK_URL, else mem://)")
+	fs.IntVar(&c.replicas, "replicas", 3, "replicas, each with its own Locker")
+	fs.IntVar(&c.ticks, "ticks", 5, "schedule slots to run")
+	fs.DurationVar(&c.every, "every", 200*time.Millisecond, "schedule period (slot length)")
+	fs.DurationVar(&c.job, "job", 0, "how long the job runs (default a quarter of -every)")
+	fs.DurationVar(&c.ttl, "ttl", 0, "lease TTL, the failover time if a runner dies (default -every)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.job == 0 {
+		c.job = c.every / 4
+	}
+	if c.ttl == 0 {
+		c.ttl = c.every
+	}
+	switch {
+	case c.replicas < 1 || c.ticks < 1:
+		return errors.New("-replicas and -ticks must be at least 1")
+	case c.every < 20*time.Millisecond:
+		return errors.New("-every must be at least 20ms")
+	case c.job < 0 || c.job >= c.every/2:
+		return errors.New("-job must be shorter than half of -every")
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(c.ticks+1)*c.every+time.Minute)
+	defer cancel()
+
+	lockers := make([]distlock.Locker, c.replicas)
+	for r := range lockers {
+		l, err := distlock.Open(ctx, c.url, distlock.WithTTL(c.ttl))
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		lockers[r] = l
+	}
+	g := lockers[0].Guarantees()
+	fmt.Fprintf(out, "backend: %s (%s; token from %s)\n", c.url, g.Backend, g.TokenSource)
+	if g.SingleProcess {
+		fmt.Fprintln(out, "note: this backend coordinates goroutines of one process only; replicas on several hosts need a shared server URL")
+	}
+
+	// Slots are aligned to the period, as a cron schedule is, starting at
+	// the next boundary.
+	first := time.Now().Truncate(c.every).Add(c.every)
+	rec := &ledger{out: out, first: first, every: c.every, runs: make([][]slotRun, c.ticks)}
+	errs := make(chan error, c.replicas)
+	var wg sync.WaitGroup
+	for r, l := range lockers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- replica(ctx, r, l, &c, first, rec)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	if err := errors.Join(all...); err != nil {
+		return err
+	}
+	return rec.verify()
+}
+
+// replica is one replica's scheduler loop.
+func replica(ctx context.Context, r int, l distlock.Locker, c *config, first time.Time, rec *ledger) error {
+	for i := range c.ticks {
+		slot := first.Add(time.Duration(i) * c.every)
+		// Replicas do not wake in step; nor would separate hosts.
+		if err := sleepUntil(ctx, slot.Add(rand.N(c.every/10))); err != nil {
+			return err
+		}
+		startBy, end := slot.Add(c.every*3/4), slot.Add(c.every)
+		if time.Now().After(startBy) {
+			continue // overslept this slot; the next one is ours to try
+		}
+		key := "cron:report:" + slot.UTC().Format("2006-01-02T15:04:05.000Z")
+		sctx, cancel := context.WithDeadline(ctx, end)
+		err := l.Do(sctx, key, func(ctx context.Context, lease *distlock.Lease) error {
+			if time.Now().After(startBy) {
+				return errLate
+			}
+			rec.ran(i, r, lease.Token())
+			if err := job(ctx, c.job); err != nil {
+				return err // the lease was lost: Do reports it
+			}
+			<-ctx.Done() // hold the slot's key until the slot ends
+			return nil
+		})
+		cancel()
+		switch {
+		case err == nil, errors.Is(err, errLate):
+		case errors.Is(err, distlock.ErrNotAcquired) && errors.Is(err, context.DeadlineExceeded):
+			// Another replica had the slot until it ended.
+		case errors.Is(err, distlock.ErrLeaseLost):
+			// Do cancelled the job; a standby may take the slot over.
+			rec.printf("slot %d: replica %d lost its lease: %v\n", i, r, err)
+		case ctx.Err() != nil:
+			return ctx.Err()
+		default:
+			return fmt.Errorf("replica %d, slot %d: %w", r, i, err)
+		}
+	}
+	return nil
+}
+
+// job stands for the real work; it stops when ctx ends, which Do does the
+// moment the lease is lost.
+func job(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+func sleepUntil(ctx context.Context, at time.Time) error {
+	t := time.NewTimer(time.Until(at))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+type slotRun struct {
+	replica int
+	token   distlock.Token
+}
+
+// ledger records who ran each slot, to check the result. In a real
+// deployment this is a table written with the fencing token.
+type ledger struct {
+	out   io.Writer
+	first time.Time
+	every time.Duration
+
+	mu   sync.Mutex
+	runs [][]slotRun
+}
+
+func (g *ledger) ran(slot, replica int, token distlock.Token) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.runs[slot] = append(g.runs[slot], slotRun{replica, token})
+	at := g.first.Add(time.Duration(slot) * g.every)
+	fmt.Fprintf(g.out, "slot %d (%s): replica %d runs the job with token %d\n", slot, at.Format("15:04:05.000"), replica, token)
+}
+
+func (g *ledger) printf(format string, args ...any) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	fmt.Fprintf(g.out, format, args...)
+}
+
+func (g *ledger) verify() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var bad []string
+	for i, runs := range g.runs {
+		if len(runs) != 1 {
+			bad = append(bad, fmt.Sprintf("slot %d ran %d times %v", i, len(runs), runs))
+		}
+	}
+	if bad != nil {
+		return errors.New(strings.Join(bad, "; "))
+	}
+	fmt.Fprintf(g.out, "ok: %d slots, each ran exactly once\n", len(g.runs))
+	return nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
