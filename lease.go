@@ -192,6 +192,20 @@ func (ls *Lease) closeOut(ctx context.Context) {
 	ls.finish(fmt.Errorf("%w: lease on %q ended by Close", ErrClosed, ls.Key()))
 }
 
+// giveBack releases, owner-checked and best effort, a lock whose lease the
+// local clock has ended: the server may still hold it for us (a session-
+// bound lock would until the session ends), and nobody else can use it
+// until it is freed. Close interrupts it.
+func (ls *Lease) giveBack() {
+	ls.callMu.Lock()
+	defer ls.callMu.Unlock()
+	ctx, cancel := context.WithTimeout(ls.l.life, ls.o.ReleaseTimeout)
+	defer cancel()
+	if err := ls.l.b.Unlock(ctx, ls.grant); err != nil && !errors.Is(err, ErrNotHeld) {
+		ls.l.log(slog.LevelDebug, "giving back an expired lease failed; the server frees it", ls.Key(), err)
+	}
+}
+
 // lost ends the lease as lost and returns the loss error.
 func (ls *Lease) lost(why string) error {
 	err := fmt.Errorf("%w: %q (token %d): %s", ErrLeaseLost, ls.Key(), ls.Token(), why)
@@ -270,6 +284,7 @@ func (ls *Lease) keep(renew bool) {
 				continue
 			}
 			ls.lost("its validity ran out without a successful refresh")
+			ls.giveBack()
 			return
 		case <-renewC:
 			ctx, cancel := context.WithDeadline(ls.l.life, ls.Expires())

@@ -179,7 +179,6 @@ func TestBrokenLockersFail(t *testing.T) {
 		{"tokens not increasing", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return constantToken{b} }, "TokensIncrease"},
 		{"tokens not increasing after expiry", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return constantToken{b} }, "TokensIncreaseAfterExpiry"},
 		{"never expires", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return neverExpires{b} }, "CrashFreesAfterTTL"},
-		{"never expires (unrefreshed)", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return neverExpires{b} }, "ExpiryEndsLease"},
 		{"Done never closes", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return doneNeverCloses{b} }, "ForcedExpiryEndsDone"},
 		{"Do not cancelled on loss", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return doneNeverCloses{b} }, "DoCancelsOnLoss"},
 		{"refresh does not extend", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return refreshDoesNothing{b} }, "RefreshExtends"},
