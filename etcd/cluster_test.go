@@ -1,0 +1,184 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/testserver"
+)
+
+// TestCluster runs on a real 3-member cluster: a revoked lease ends its
+// holder's lease within the TTL, and killing the leader while a lock is held
+// and others wait never lets two holders in, and the lock keeps working
+// after the election.
+func TestCluster(t *testing.T) {
+	c := testserver.EtcdCluster(t, 3)
+	endpoints := c.Endpoints()
+	admin := newClient(t, endpoints)
+	locker := func(opts ...distlock.Option) distlock.Locker {
+		l, err := New(newClient(t, endpoints), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+
+	t.Run("Guarantees", func(t *testing.T) {
+		if n := locker().Guarantees().FailuresTolerated; n != 1 {
+			t.Fatalf("3 members: FailuresTolerated = %d, want 1", n)
+		}
+	})
+
+	t.Run("RevokeEndsDone", func(t *testing.T) {
+		const ttl = 5 * time.Second
+		for _, watch := range []bool{true, false} {
+			t.Run(fmt.Sprintf("lossWatch=%v", watch), func(t *testing.T) {
+				ctx := ctxT(t, 30*time.Second)
+				key := fmt.Sprintf("revoke-%v", watch)
+				ls, err := locker(WithLossWatch(watch)).TryAcquire(ctx, key, distlock.WithTTL(ttl), distlock.WithAutoRenew(true))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := revokeOwner(ctx, admin, DefaultPrefix, key); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-ls.Done():
+				case <-time.After(ttl):
+					t.Fatalf("Done did not close within the TTL (%v) of the lease being revoked", ttl)
+				}
+				if !errors.Is(ls.Err(), distlock.ErrLeaseLost) {
+					t.Fatalf("Err = %v, want ErrLeaseLost", ls.Err())
+				}
+				// The key is free for the next holder, with a larger token.
+				next, err := locker().TryAcquire(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if next.Token() <= ls.Token() {
+					t.Fatalf("token %d after %d", next.Token(), ls.Token())
+				}
+				_ = next.Release(ctx)
+			})
+		}
+	})
+
+	t.Run("LeaderKill", func(t *testing.T) {
+		leaderKill(t, c, locker)
+	})
+}
+
+func leaderKill(t *testing.T, c *testserver.Cluster, locker func(...distlock.Option) distlock.Locker) {
+	const (
+		workers = 4
+		key     = "leader-kill"
+		hold    = 20 * time.Millisecond
+	)
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	var (
+		inside   atomic.Int32
+		acquired atomic.Int64
+		failures atomic.Int64 // acquires or releases that failed (expected around the kill)
+		mu       sync.Mutex
+		last     distlock.Token
+		bad      []string
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
+	)
+	report := func(format string, args ...any) {
+		mu.Lock()
+		bad = append(bad, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}
+	for w := 0; w < workers; w++ {
+		l := locker()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				actx, acancel := context.WithTimeout(ctx, 20*time.Second)
+				ls, err := l.Acquire(actx, key, distlock.WithTTL(5*time.Second))
+				acancel()
+				if err != nil {
+					failures.Add(1)
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				if n := inside.Add(1); n != 1 {
+					report("%d holders at once (token %d)", n, ls.Token())
+				}
+				mu.Lock()
+				if ls.Token() <= last {
+					bad = append(bad, fmt.Sprintf("token %d after %d", ls.Token(), last))
+				}
+				last = ls.Token()
+				mu.Unlock()
+				time.Sleep(hold)
+				if ls.Err() != nil {
+					t.Logf("lease lost while held: %v", ls.Err())
+				}
+				inside.Add(-1)
+				acquired.Add(1)
+				// Release until it is done or the lease is over; a failed
+				// release only delays the next holder.
+				for {
+					rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+					err := ls.Release(rctx)
+					rcancel()
+					if err == nil || errors.Is(err, distlock.ErrNotHeld) || ctx.Err() != nil {
+						break
+					}
+					failures.Add(1)
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, b := range bad {
+			t.Error(b)
+		}
+	}()
+
+	waitFor := func(n int64, what string) {
+		for acquired.Load() < n {
+			if ctx.Err() != nil {
+				t.Fatalf("%s: only %d acquisitions", what, acquired.Load())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFor(20, "before the kill")
+	// Kill while someone holds the lock and the others wait in the queue.
+	for inside.Load() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	leader, err := c.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := acquired.Load()
+	killed := time.Now()
+	if err := c.Members[leader].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(before+30, "after the leader was killed")
+	t.Logf("killed leader m%d; 30 acquisitions %v later (failed calls: %d)", leader, time.Since(killed).Round(time.Millisecond), failures.Load())
+}
