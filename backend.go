@@ -10,6 +10,11 @@ import (
 // validate input, retry, sleep, or run renewal goroutines: [New] wraps it in
 // the portable layer that does all of that once for every backend.
 //
+// A backend must not keep a lock alive on its own: a lock that is not
+// refreshed ends on the server when its TTL runs out (or, for session-bound
+// backends, when the session ends), so a crashed or stalled holder cannot
+// block a key for longer.
+//
 // Errors: TryLock returns an error matching ErrNotAcquired (ideally a
 // *HeldError carrying the holder's remaining time) when the key is held;
 // Refresh and Unlock return one matching ErrNotHeld when the key is no longer

@@ -376,6 +376,10 @@ func ValidateKey(key string) error {
 	return nil
 }
 
+// ValidateTTL reports whether ttl is acceptable: positive and at most
+// MaxTTL. Openers use it to reject a bad ttl= before dialling.
+func ValidateTTL(ttl time.Duration) error { return validateTTL(ttl) }
+
 func validateTTL(ttl time.Duration) error {
 	if ttl <= 0 || ttl > MaxTTL {
 		return fmt.Errorf("%w: %v (want 0 < TTL <= %v)", ErrInvalidTTL, ttl, MaxTTL)
