@@ -195,7 +195,12 @@ func (l *locker) poll(ctx context.Context, req Request, o *Options) (Grant, time
 		switch {
 		case err == nil:
 			sub = s
-			defer func() { _ = sub.Close() }()
+			// sub may be dropped (set to nil, after closing it) below.
+			defer func() {
+				if sub != nil {
+					_ = sub.Close()
+				}
+			}()
 		case ctx.Err() != nil:
 			return Grant{}, time.Time{}, err
 		default:

@@ -341,3 +341,41 @@ func TestAs(t *testing.T) {
 		t.Fatal("As matched a wrong type")
 	}
 }
+
+// brokenSub fails its first Wait with a server error, as a pub/sub
+// connection that drops would.
+type brokenSub struct{}
+
+func (brokenSub) Wait(context.Context) error { return errors.New("connection reset") }
+func (brokenSub) Close() error               { return nil }
+
+type brokenNotifier struct{ pollOnly }
+
+func (b *brokenNotifier) Subscribe(context.Context, string) (distlock.Subscription, error) {
+	return brokenSub{}, nil
+}
+
+// TestFailedSubscriptionFallsBackToPolling: a subscription that breaks is
+// dropped and the wait goes on by polling (this once panicked on the
+// deferred Close of the dropped subscription).
+func TestFailedSubscriptionFallsBackToPolling(t *testing.T) {
+	ctx := context.Background()
+	store := memory.NewStore()
+	holder := newMem(t, store)
+	b := &brokenNotifier{pollOnly{b: memory.NewBackend(store)}}
+	waiter, err := distlock.New(b, distlock.WithBackoff(time.Millisecond, 20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	held, err := holder.TryAcquire(ctx, "k", distlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(100*time.Millisecond, func() { held.Release(ctx) })
+	ls, err := waiter.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls.Release(ctx)
+}
