@@ -24,8 +24,17 @@ func Etcd(t testing.TB, opts ...Option) *Server {
 func EtcdCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
 	cfg := newConfig(opts)
-	bin := findBinary(t, "etcd", "etcd", "/usr/bin/etcd")
-	ms := startGroup(t, cfg, n, spec{
+	sp, err := etcdSpec(cfg)
+	return &Cluster{Members: startGroup(t, cfg, n, mustSpec(t, sp, err))}
+}
+
+// etcdSpec describes etcd members under cfg.
+func etcdSpec(cfg *config) (spec, error) {
+	bin, err := lookBinary("etcd", "etcd", "/usr/bin/etcd")
+	if err != nil {
+		return spec{}, err
+	}
+	return spec{
 		kind: "etcd", nports: 2, timeout: 15 * time.Second,
 		setup: func(ms []*Server) error {
 			token := fmt.Sprintf("testserver-%d", time.Now().UnixNano())
@@ -62,8 +71,7 @@ func EtcdCluster(t testing.TB, n int, opts ...Option) *Cluster {
 			}
 			return nil
 		},
-	})
-	return &Cluster{Members: ms}
+	}, nil
 }
 
 // httpClient keeps no idle connections, which would outlive the servers.

@@ -21,7 +21,16 @@ import (
 func Postgres(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	cfg := newConfig(opts)
-	postgres := findBinary(t, "postgres", append(pgBinaries(), "postgres")...)
+	sp, err := pgSpec(cfg)
+	return startGroup(t, cfg, 1, mustSpec(t, sp, err))[0]
+}
+
+// pgSpec describes one PostgreSQL server under cfg.
+func pgSpec(cfg *config) (spec, error) {
+	postgres, err := lookBinary("postgres", append(pgBinaries(), "postgres")...)
+	if err != nil {
+		return spec{}, err
+	}
 	initdb := filepath.Join(filepath.Dir(postgres), "initdb")
 
 	// postgres refuses to run as root, so when the tests run as root (as in
@@ -30,7 +39,7 @@ func Postgres(t testing.TB, opts ...Option) *Server {
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			missing(t, "running as root, and there is no postgres user to run PostgreSQL as")
+			return spec{}, &missingError{"running as root, and there is no postgres user to run PostgreSQL as"}
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
@@ -41,7 +50,7 @@ func Postgres(t testing.TB, opts ...Option) *Server {
 	if cfg.pgFsync {
 		fsync = "on"
 	}
-	return startGroup(t, cfg, 1, spec{
+	return spec{
 		kind: "postgres", nports: 1, timeout: 15 * time.Second,
 		setup: func(ms []*Server) error {
 			s := ms[0]
@@ -84,7 +93,7 @@ func Postgres(t testing.TB, opts ...Option) *Server {
 			}
 			return nil
 		},
-	})[0]
+	}, nil
 }
 
 // pgBinaries returns Debian's postgres binaries, newest version first.

@@ -22,8 +22,17 @@ func Redis(t testing.TB, opts ...Option) *Server {
 func RedisN(t testing.TB, n int, opts ...Option) []*Server {
 	t.Helper()
 	cfg := newConfig(opts)
-	bin := findBinary(t, "redis-server", "redis-server", "/usr/bin/redis-server")
-	return startGroup(t, cfg, n, spec{
+	sp, err := redisSpec(cfg)
+	return startGroup(t, cfg, n, mustSpec(t, sp, err))
+}
+
+// redisSpec describes redis-server under cfg.
+func redisSpec(cfg *config) (spec, error) {
+	bin, err := lookBinary("redis-server", "redis-server", "/usr/bin/redis-server")
+	if err != nil {
+		return spec{}, err
+	}
+	return spec{
 		kind: "redis", nports: 1, timeout: 15 * time.Second,
 		setup: func(ms []*Server) error {
 			for _, s := range ms {
@@ -48,7 +57,7 @@ func RedisN(t testing.TB, n int, opts ...Option) []*Server {
 			}
 			return nil
 		},
-	})
+	}, nil
 }
 
 // redisPing sends PING over raw RESP. A server still loading its AOF answers

@@ -12,6 +12,9 @@
 // killed one leaves nothing behind. Servers die with the test binary, even
 // when paused. Linux is the supported platform; elsewhere on Unix only the
 // process group is reached.
+//
+// Start and StartCluster start the same servers for a program rather than a
+// test (distlock bench uses them); the program closes them.
 package testserver
 
 import (
@@ -49,6 +52,7 @@ type Server struct {
 	ports   []int // ports[0] == port; then peer/election ports for cluster members
 	logPath string
 	timeout time.Duration // readiness bound for a start
+	ownDir  bool          // dir was made by Start/StartCluster: Close removes it
 
 	// Filled in by the kind's setup before the first start.
 	bin     string
@@ -532,12 +536,41 @@ type spec struct {
 }
 
 // startGroup starts n servers of one kind that are configured together and
-// waits until all are ready. If a port was taken meanwhile it retries with
-// fresh ports and directories.
+// waits until all are ready, in directories from t.TempDir and with a
+// t.Cleanup that kills each. It fails the test if they cannot be started.
 func startGroup(t testing.TB, cfg *config, n int, sp spec) []*Server {
 	t.Helper()
+	ms, err := startGroupCtx(context.Background(), cfg, n, sp, groupHooks{
+		dir: func() (string, error) { return t.TempDir(), nil },
+		created: func(s *Server) {
+			t.Cleanup(func() {
+				if err := s.Kill(); err != nil {
+					t.Errorf("%v", err)
+				}
+			})
+		},
+		logf: t.Logf,
+	})
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	return ms
+}
+
+// groupHooks adapt startGroupCtx to its caller: a test (t.TempDir,
+// t.Cleanup) or a program (Start, StartCluster).
+type groupHooks struct {
+	dir     func() (string, error) // a new empty directory for one member
+	created func(*Server)          // called for each member before it starts
+	logf    func(format string, args ...any)
+}
+
+// startGroupCtx starts n servers of one kind that are configured together
+// and waits until all are ready. If a port was taken meanwhile it retries
+// with fresh ports and directories. On failure it kills what it started.
+func startGroupCtx(ctx context.Context, cfg *config, n int, sp spec, h groupHooks) ([]*Server, error) {
 	if n < 1 {
-		t.Fatalf("testserver: need at least one %s server, got %d", sp.kind, n)
+		return nil, fmt.Errorf("testserver: need at least one %s server, got %d", sp.kind, n)
 	}
 	timeout := sp.timeout
 	if cfg.startTimeout > 0 {
@@ -546,10 +579,16 @@ func startGroup(t testing.TB, cfg *config, n int, sp spec) []*Server {
 	var err error
 	for attempt := 1; attempt <= 3; attempt++ {
 		begin := time.Now()
-		ports := freePorts(t, n*sp.nports)
+		ports, perr := freePorts(n * sp.nports)
+		if perr != nil {
+			return nil, perr
+		}
 		ms := make([]*Server, n)
 		for i := range ms {
-			dir := t.TempDir() // before Cleanup: cleanups run last-in first-out, so the kill runs before the removal
+			dir, derr := h.dir()
+			if derr != nil {
+				return nil, fmt.Errorf("testserver: %w", derr)
+			}
 			s := &Server{
 				kind:    sp.kind,
 				dir:     dir,
@@ -559,35 +598,30 @@ func startGroup(t testing.TB, cfg *config, n int, sp spec) []*Server {
 				stopSig: syscall.SIGTERM,
 			}
 			s.port = s.ports[0]
-			t.Cleanup(func() {
-				if err := s.Kill(); err != nil {
-					t.Errorf("%v", err)
-				}
-			})
+			h.created(s)
 			ms[i] = s
 		}
 		if err = sp.setup(ms); err != nil {
-			t.Fatalf("testserver: set up %s: %v", sp.kind, err)
+			return nil, fmt.Errorf("testserver: set up %s: %w", sp.kind, err)
 		}
-		if err = startAll(ms); err == nil {
-			t.Logf("testserver: %d %s server(s) ready in %v at %s", n, sp.kind, time.Since(begin).Round(time.Millisecond), (&Cluster{ms}).ConnectString())
-			return ms
+		if err = startAll(ctx, ms); err == nil {
+			h.logf("testserver: %d %s server(s) ready in %v at %s", n, sp.kind, time.Since(begin).Round(time.Millisecond), (&Cluster{ms}).ConnectString())
+			return ms, nil
 		}
 		clash := false
 		for _, s := range ms {
 			_ = s.Kill()
 			clash = clash || bytes.Contains(bytes.ToLower([]byte(s.Log())), []byte("address already in use"))
 		}
-		if !clash {
+		if !clash || ctx.Err() != nil {
 			break
 		}
-		t.Logf("testserver: a %s port was taken, retrying with new ports", sp.kind)
+		h.logf("testserver: a %s port was taken, retrying with new ports", sp.kind)
 	}
-	t.Fatalf("%v", err)
-	return nil
+	return nil, err
 }
 
-func startAll(ms []*Server) error {
+func startAll(ctx context.Context, ms []*Server) error {
 	for _, s := range ms {
 		s.mu.Lock()
 		err := s.startLocked()
@@ -597,7 +631,7 @@ func startAll(ms []*Server) error {
 		}
 	}
 	for _, s := range ms {
-		if err := s.waitReady(context.Background()); err != nil {
+		if err := s.waitReady(ctx); err != nil {
 			return err
 		}
 	}
@@ -606,13 +640,12 @@ func startAll(ms []*Server) error {
 
 var (
 	portsMu     sync.Mutex
-	portsIssued = map[int]bool{} // never hand out a port twice in one test binary
+	portsIssued = map[int]bool{} // never hand out a port twice in one process
 )
 
 // freePorts returns n distinct free loopback ports. The listeners stay open
 // until all n are chosen so that the kernel does not return one twice.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
+func freePorts(n int) ([]int, error) {
 	portsMu.Lock()
 	defer portsMu.Unlock()
 	var ports []int
@@ -624,11 +657,11 @@ func freePorts(t testing.TB, n int) []int {
 	}()
 	for len(ports) < n {
 		if len(held) > n+100 {
-			t.Fatalf("testserver: cannot find %d free ports", n)
+			return nil, fmt.Errorf("testserver: cannot find %d free ports", n)
 		}
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatalf("testserver: find a free port: %v", err)
+			return nil, fmt.Errorf("testserver: find a free port: %w", err)
 		}
 		held = append(held, l)
 		p := l.Addr().(*net.TCPAddr).Port
@@ -637,26 +670,49 @@ func freePorts(t testing.TB, n int) []int {
 			ports = append(ports, p)
 		}
 	}
-	return ports
+	return ports, nil
 }
 
-// findBinary returns the first of paths that is an executable file (a bare
-// name is looked up in PATH). If none is, the test is skipped (see missing).
-func findBinary(t testing.TB, name string, paths ...string) string {
-	t.Helper()
+// ErrMissing matches the error of Start and StartCluster when the machine
+// lacks what a server needs (its binary, or a user to run it as).
+var ErrMissing = errors.New("testserver: server not installed")
+
+// missingError says what is missing; it matches ErrMissing.
+type missingError struct{ what string }
+
+func (e *missingError) Error() string {
+	return "testserver: " + e.what + "; run `make setup` (scripts/setup.sh) to install the servers"
+}
+func (e *missingError) Is(target error) bool { return target == ErrMissing }
+
+// lookBinary returns the first of paths that is an executable file (a bare
+// name is looked up in PATH), or a *missingError.
+func lookBinary(name string, paths ...string) (string, error) {
 	for _, p := range paths {
 		if !strings.Contains(p, "/") {
 			if lp, err := exec.LookPath(p); err == nil {
-				return lp
+				return lp, nil
 			}
 			continue
 		}
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			return p
+			return p, nil
 		}
 	}
-	missing(t, fmt.Sprintf("%s not found", name))
-	return ""
+	return "", &missingError{fmt.Sprintf("%s not found", name)}
+}
+
+// mustSpec returns sp, or skips or fails the test for err (see missing).
+func mustSpec(t testing.TB, sp spec, err error) spec {
+	t.Helper()
+	var me *missingError
+	switch {
+	case errors.As(err, &me):
+		missing(t, me.what)
+	case err != nil:
+		t.Fatalf("%v", err)
+	}
+	return sp
 }
 
 // missing skips the test because the machine lacks what a server needs, or

@@ -27,8 +27,20 @@ func ZooKeeper(t testing.TB, opts ...Option) *Server {
 func ZooKeeperEnsemble(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
 	cfg := newConfig(opts)
-	java := findBinary(t, "java", "java", "/usr/bin/java")
-	jar := findBinary(t, "ZooKeeper ("+zkJar+")", zkJar)
+	sp, err := zkSpec(cfg, n)
+	return &Cluster{Members: startGroup(t, cfg, n, mustSpec(t, sp, err))}
+}
+
+// zkSpec describes an ensemble of n ZooKeeper servers under cfg.
+func zkSpec(cfg *config, n int) (spec, error) {
+	java, err := lookBinary("java", "java", "/usr/bin/java")
+	if err != nil {
+		return spec{}, err
+	}
+	jar, err := lookBinary("ZooKeeper ("+zkJar+")", zkJar)
+	if err != nil {
+		return spec{}, err
+	}
 	// slf4j needs a binding or ZooKeeper logs nothing; Debian ships log4j 1.2 for it.
 	cp := []string{jar}
 	for _, p := range []string{"/usr/share/java/slf4j-log4j12.jar", "/usr/share/java/log4j-1.2.jar"} {
@@ -41,7 +53,7 @@ func ZooKeeperEnsemble(t testing.TB, n int, opts ...Option) *Cluster {
 		nports = 3 // client, quorum, election
 	}
 	tick := max(cfg.zkTick.Milliseconds(), 1)
-	ms := startGroup(t, cfg, n, spec{
+	return spec{
 		kind: "zookeeper", nports: nports, timeout: 30 * time.Second,
 		setup: func(ms []*Server) error {
 			for i, s := range ms {
@@ -100,8 +112,7 @@ func ZooKeeperEnsemble(t testing.TB, n int, opts ...Option) *Cluster {
 			}
 			return nil
 		},
-	})
-	return &Cluster{Members: ms}
+	}, nil
 }
 
 const log4jProps = `log4j.rootLogger=INFO, CONSOLE

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/distlock/distlock/internal/testserver"
+)
+
+// TestBenchMem runs every measurement briefly on mem:// and checks the
+// table, the JSON and the HTML report.
+func TestBenchMem(t *testing.T) {
+	dir := t.TempDir()
+	jsonPath, htmlPath, textPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.html"), filepath.Join(dir, "r.txt")
+	url, _ := memURL(t)
+	r := runCLI(t, "compare", "-q", "--url", url, "--url", "mem://", "--duration", "50ms", "--repeat", "2",
+		"--workers", "2,4", "--crash-ttl", "200ms", "--dir", dir,
+		"--json", jsonPath, "--html", htmlPath, "--text", textPath)
+	if r.code != 0 {
+		t.Fatalf("code %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"uncontended", "contended k=4", "many keys", "hand-off hold=50ms", "crash", "token source", "Fault-matrix rows are not available yet", "loopback TCP round trip"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	text, err := os.ReadFile(textPath)
+	if err != nil || string(text) != r.stdout {
+		t.Errorf("--text file differs from stdout (%v)", err)
+	}
+
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("JSON: %v", err)
+	}
+	if rep.Kind != "compare" || len(rep.Backends) != 2 || rep.Env.Cores < 1 || rep.Env.GoVersion == "" {
+		t.Fatalf("report: kind %q, %d backends, env %+v", rep.Kind, len(rep.Backends), rep.Env)
+	}
+	for _, be := range rep.Backends {
+		if len(be.Errors) > 0 {
+			t.Errorf("%s: errors %v", be.URL, be.Errors)
+		}
+		groups := map[string]bool{}
+		for _, f := range be.Figures {
+			groups[f.Group] = true
+			if len(f.Runs) != 2 {
+				t.Errorf("%s %s %s: %d runs, want 2", be.URL, f.Group, f.Name, len(f.Runs))
+			}
+			if f.Stat.Min > f.Stat.Median || f.Stat.Median > f.Stat.Max {
+				t.Errorf("%s %s %s: stat %+v not ordered", be.URL, f.Group, f.Name, f.Stat)
+			}
+		}
+		if len(groups) != 8 { // uncontended, 2 contended, many keys, 3 hand-off, crash
+			t.Errorf("%s: groups %v, want 8", be.URL, groups)
+		}
+		if f := be.get(row{Group: "crash", Name: "free after"}); f == nil || f.Stat.Median <= 0 || f.Stat.Median > 10 {
+			t.Errorf("%s: crash figure %+v", be.URL, f)
+		}
+	}
+
+	h, err := os.ReadFile(htmlPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	html := string(h)
+	if n := strings.Count(html, "<svg"); n < 4 {
+		t.Errorf("HTML has %d charts, want 4", n)
+	}
+	for _, bad := range []string{"<script", "src=\"http", "href=\"http"} {
+		if strings.Contains(html, bad) {
+			t.Errorf("HTML is not self-contained: contains %q", bad)
+		}
+	}
+}
+
+// TestBenchCrashProcess measures a crashed holder process on Redis: the
+// holder is a real "distlock hold" process that gets SIGKILL.
+func TestBenchCrashProcess(t *testing.T) {
+	if !registered("redis") {
+		t.Skip("redis:// is not registered in this build")
+	}
+	s := testserver.Redis(t)
+	jsonPath := filepath.Join(t.TempDir(), "r.json")
+	r := runCLI(t, "bench", "-q", "--url", "redis://"+s.Addr()+"/0", "--measure", "crash,uncontended",
+		"--duration", "50ms", "--repeat", "1", "--crash-ttl", "500ms", "--json", jsonPath)
+	if r.code != 0 {
+		t.Fatalf("code %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	f := rep.Backends[0].get(row{Group: "crash", Name: "free after"})
+	if f == nil || len(f.Runs) != 1 {
+		t.Fatalf("no crash figure: %s", b)
+	}
+	// The key frees when the dead holder's TTL runs out: not before a
+	// renewal could have extended it, and long before a liveness bound.
+	if f.Runs[0] <= 0 || f.Runs[0] > 10 {
+		t.Errorf("free after %v s with a 500ms TTL", f.Runs[0])
+	}
+	if !strings.Contains(rep.Env.Servers[0], "redis 7") && !strings.Contains(rep.Env.Servers[0], "redis ") {
+		t.Errorf("server version not recorded: %q", rep.Env.Servers[0])
+	}
+}

@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/distlock/distlock"
+)
+
+// writeReports prints the text table and writes the files asked for.
+func writeReports(rep *Report, c *benchConfig, s stdio) int {
+	var text bytes.Buffer
+	writeText(&text, rep)
+	_, _ = s.out.Write(text.Bytes())
+	code := exitOK
+	write := func(path string, data []byte) {
+		if path == "" {
+			return
+		}
+		err := os.MkdirAll(filepath.Dir(path), 0o755)
+		if err == nil {
+			err = os.WriteFile(path, data, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintf(s.err, "distlock %s: %v\n", rep.Kind, err)
+			code = exitFailure
+			return
+		}
+		if !c.quiet {
+			fmt.Fprintf(s.err, "distlock: wrote %s\n", path)
+		}
+	}
+	write(c.textPath, text.Bytes())
+	if c.jsonPath != "" {
+		b, err := json.MarshalIndent(jsonSafe(rep), "", "  ")
+		if err != nil {
+			fmt.Fprintf(s.err, "distlock %s: JSON: %v\n", rep.Kind, err)
+			return exitFailure
+		}
+		write(c.jsonPath, append(b, '\n'))
+	}
+	if c.htmlPath != "" {
+		var h bytes.Buffer
+		if err := writeHTML(&h, rep); err != nil {
+			fmt.Fprintf(s.err, "distlock %s: HTML: %v\n", rep.Kind, err)
+			return exitFailure
+		}
+		write(c.htmlPath, h.Bytes())
+	}
+	for _, b := range rep.Backends {
+		if len(b.Errors) > 0 && code == exitOK {
+			code = exitFailure // the table is printed, but a step failed
+		}
+	}
+	return code
+}
+
+// jsonSafe returns a copy of rep that JSON can carry: the NaN stats of a
+// figure with no successful run (an empty Runs) become 0.
+func jsonSafe(rep *Report) *Report {
+	cp := *rep
+	cp.Backends = nil
+	for _, b := range rep.Backends {
+		bb := *b
+		bb.Figures = nil
+		for _, f := range b.Figures {
+			ff := *f
+			for _, p := range []*float64{&ff.Stat.Min, &ff.Stat.Median, &ff.Stat.Max} {
+				if math.IsNaN(*p) {
+					*p = 0
+				}
+			}
+			bb.Figures = append(bb.Figures, &ff)
+		}
+		cp.Backends = append(cp.Backends, &bb)
+	}
+	return &cp
+}
+
+// num formats a figure with about three significant digits, no exponent.
+func num(v float64) string {
+	switch a := math.Abs(v); {
+	case math.IsNaN(v):
+		return "—"
+	case a >= 1000:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case a >= 1 || a == 0:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	default:
+		return strconv.FormatFloat(v, 'g', 2, 64)
+	}
+}
+
+// cell is "median (min–max)" or just the value for one run.
+func cell(f *Figure) string {
+	if f == nil || len(f.Runs) == 0 {
+		return "—"
+	}
+	n := num
+	if f.Unit == "acq" || f.Unit == "n" { // counts
+		n = func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
+	}
+	if len(f.Runs) == 1 || f.Stat.Min == f.Stat.Max {
+		return n(f.Stat.Median)
+	}
+	return fmt.Sprintf("%s (%s–%s)", n(f.Stat.Median), n(f.Stat.Min), n(f.Stat.Max))
+}
+
+// row is one line of the figures table.
+type row struct{ Group, Name, Unit string }
+
+// rows lists every figure any backend has, in measurement order.
+func rows(rep *Report) []row {
+	var rs []row
+	seen := map[row]bool{}
+	for _, b := range rep.Backends {
+		for _, f := range b.Figures {
+			r := row{f.Group, f.Name, f.Unit}
+			if !seen[r] {
+				seen[r] = true
+				rs = append(rs, r)
+			}
+		}
+	}
+	return rs
+}
+
+func (b *BackendResult) get(r row) *Figure {
+	for _, f := range b.Figures {
+		if f.Group == r.Group && f.Name == r.Name {
+			return f
+		}
+	}
+	return nil
+}
+
+// guaranteeRows are the Guarantees fields shown side by side.
+var guaranteeRows = []struct {
+	name string
+	get  func(g distlock.Guarantees) string
+}{
+	{"token source", func(g distlock.Guarantees) string { return g.TokenSource }},
+	{"wait", func(g distlock.Guarantees) string { return string(g.Wait) }},
+	{"FIFO", func(g distlock.Guarantees) string { return yesNo(g.FIFO) }},
+	{"failures tolerated", func(g distlock.Guarantees) string { return strconv.Itoa(g.FailuresTolerated) }},
+	{"clock dependent", func(g distlock.Guarantees) string { return yesNo(g.ClockDependent) }},
+	{"restart loses locks", func(g distlock.Guarantees) string { return yesNo(g.RestartLosesLocks) }},
+	{"session TTL", func(g distlock.Guarantees) string { return yesNo(g.SessionTTL) }},
+	{"single process", func(g distlock.Guarantees) string { return yesNo(g.SingleProcess) }},
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+const faultNote = "Fault-matrix rows are not available yet: the fault harness (issue 8) has not landed, so no declared guarantee above is proven by a fault run in this report."
+
+func writeText(w io.Writer, rep *Report) {
+	e := rep.Env
+	fmt.Fprintf(w, "distlock %s — %s, %s, %d cores (GOMAXPROCS %d), %s\n", rep.Kind, e.Time.Format("2006-01-02 15:04 MST"), e.GoVersion, e.Cores, e.GOMAXPROCS, e.OS)
+	if e.CPU != "" {
+		fmt.Fprintf(w, "cpu: %s; kernel %s; load avg %s → %s\n", e.CPU, e.Kernel, e.LoadAvg, e.LoadAvgEnd)
+	}
+	fmt.Fprintf(w, "loopback TCP round trip %.0f µs; 4 KiB write+fsync %.2f ms (%s)\n", e.LoopbackRTT, e.FsyncMs, e.FsyncDir)
+	for _, s := range e.Servers {
+		fmt.Fprintf(w, "  %s\n", s)
+	}
+	fmt.Fprintf(w, "each figure: median over %d repeats of %s (min–max); elapsed %s\n\n", rep.Repeat, rep.Duration, rep.Elapsed)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if rep.Kind == "compare" {
+		fmt.Fprint(tw, "guarantee")
+		for _, b := range rep.Backends {
+			fmt.Fprintf(tw, "\t%s", b.Backend)
+		}
+		fmt.Fprintln(tw)
+		for _, gr := range guaranteeRows {
+			fmt.Fprint(tw, gr.name)
+			for _, b := range rep.Backends {
+				fmt.Fprintf(tw, "\t%s", gr.get(b.Guarantees))
+			}
+			fmt.Fprintln(tw)
+		}
+		fmt.Fprintln(tw)
+	}
+	fmt.Fprint(tw, "measurement\tfigure\tunit")
+	for _, b := range rep.Backends {
+		fmt.Fprintf(tw, "\t%s", b.Backend)
+	}
+	fmt.Fprintln(tw)
+	last := ""
+	for _, r := range rows(rep) {
+		g := r.Group
+		if g == last {
+			g = ""
+		}
+		last = r.Group
+		fmt.Fprintf(tw, "%s\t%s\t%s", g, r.Name, r.Unit)
+		for _, b := range rep.Backends {
+			fmt.Fprintf(tw, "\t%s", cell(b.get(r)))
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+	if rep.Kind == "compare" {
+		fmt.Fprintln(w)
+		for _, b := range rep.Backends {
+			for _, n := range b.Guarantees.Notes {
+				fmt.Fprintf(w, "note (%s): %s\n", b.Backend, n)
+			}
+		}
+		fmt.Fprintln(w, faultNote)
+	}
+	for _, n := range rep.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	for _, b := range rep.Backends {
+		for _, e := range b.Errors {
+			fmt.Fprintf(w, "error (%s): %s\n", b.Backend, e)
+		}
+	}
+}
+
+var htmlTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
+	"cell":  cell,
+	"fig":   func(b *BackendResult, r row) *Figure { return b.get(r) },
+	"guar":  func(i int, b *BackendResult) string { return guaranteeRows[i].get(b.Guarantees) },
+	"gname": func(i int) string { return guaranteeRows[i].name },
+	"seq": func(n int) []int {
+		s := make([]int, n)
+		for i := range s {
+			s[i] = i
+		}
+		return s
+	},
+}).Parse(`<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>distlock {{.R.Kind}} — {{.R.Env.Time.Format "2006-01-02 15:04 MST"}}</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
+table{border-collapse:collapse;margin:1em 0}
+td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right;white-space:nowrap}
+th{background:#f4f4f4}
+td:first-child,th:first-child,td.l{text-align:left}
+.charts{display:flex;flex-wrap:wrap;gap:1em}
+.note{color:#555}
+.err{color:#a00}
+</style></head><body>
+<h1>distlock {{.R.Kind}}</h1>
+<h2>Environment</h2>
+<table>
+<tr><td>time</td><td class="l">{{.R.Env.Time.Format "2006-01-02 15:04:05 MST"}} (elapsed {{.R.Elapsed}})</td></tr>
+<tr><td>host</td><td class="l">{{.R.Env.Host}} — {{.R.Env.OS}}, kernel {{.R.Env.Kernel}}</td></tr>
+<tr><td>CPU</td><td class="l">{{.R.Env.CPU}}: {{.R.Env.Cores}} cores, GOMAXPROCS {{.R.Env.GOMAXPROCS}}</td></tr>
+<tr><td>load average (1, 5, 15 min)</td><td class="l">{{.R.Env.LoadAvg}} at start, {{.R.Env.LoadAvgEnd}} at end</td></tr>
+<tr><td>Go</td><td class="l">{{.R.Env.GoVersion}}</td></tr>
+<tr><td>loopback TCP round trip (median)</td><td class="l">{{printf "%.0f" .R.Env.LoopbackRTT}} µs</td></tr>
+<tr><td>4 KiB write + fsync (median)</td><td class="l">{{printf "%.2f" .R.Env.FsyncMs}} ms in {{.R.Env.FsyncDir}}</td></tr>
+{{range .R.Env.Servers}}<tr><td>server</td><td class="l">{{.}}</td></tr>
+{{end}}<tr><td>method</td><td class="l">each figure is the median over {{.R.Repeat}} repeats of {{.R.Duration}}, with min–max beside it; backends measured side by side, repeat by repeat</td></tr>
+</table>
+{{if eq .R.Kind "compare"}}
+<h2>Declared guarantees</h2>
+<table><tr><th>guarantee</th>{{range .R.Backends}}<th>{{.Backend}}</th>{{end}}</tr>
+{{range $i := seq .NG}}<tr><td>{{gname $i}}</td>{{range $.R.Backends}}<td>{{guar $i .}}</td>{{end}}</tr>
+{{end}}</table>
+{{range .R.Backends}}{{$b := .Backend}}{{range .Guarantees.Notes}}<p class="note">{{$b}}: {{.}}</p>{{end}}{{end}}
+<p class="note">{{.FaultNote}}</p>
+{{end}}
+<h2>Measurements</h2>
+<table><tr><th>measurement</th><th>figure</th><th>unit</th>{{range .R.Backends}}<th>{{.Backend}}</th>{{end}}</tr>
+{{range .Rows}}{{$r := .}}<tr><td class="l">{{.Group}}</td><td class="l">{{.Name}}</td><td class="l">{{.Unit}}</td>{{range $.R.Backends}}<td>{{cell (fig . $r)}}</td>{{end}}</tr>
+{{end}}</table>
+<h2>Charts</h2>
+<div class="charts">{{range .Charts}}<figure><figcaption>{{.Title}}</figcaption>{{.SVG}}</figure>{{end}}</div>
+{{range .R.Notes}}<p class="note">note: {{.}}</p>{{end}}
+{{range .R.Backends}}{{$b := .Backend}}{{range .Errors}}<p class="err">error ({{$b}}): {{.}}</p>{{end}}{{end}}
+<p class="note">URLs: {{range .R.Backends}}{{.URL}} {{end}}</p>
+</body></html>
+`))
+
+func writeHTML(w io.Writer, rep *Report) error {
+	charts, err := makeCharts(rep)
+	if err != nil {
+		return err
+	}
+	return htmlTmpl.Execute(w, map[string]any{
+		"R":         rep,
+		"NG":        len(guaranteeRows),
+		"Rows":      rows(rep),
+		"Charts":    charts,
+		"FaultNote": faultNote,
+	})
+}

@@ -1,0 +1,304 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/distlock/distlock"
+)
+
+const runHelp = `
+Usage: distlock run [flags] -- COMMAND [ARG...]
+
+Acquires the lock on --key (waiting up to --wait), runs COMMAND with the
+lock's fencing token in its environment, keeps the lease renewed while it
+runs, and releases the lock when it exits. If the lease is lost (for
+instance the backend expired it), COMMAND gets SIGTERM, then SIGKILL after
+--grace, and distlock exits with status 70.
+
+COMMAND's environment gains:
+  DISTLOCK_TOKEN  the fencing token (pass it to what the lock protects)
+  DISTLOCK_KEY    the key
+  DISTLOCK_URL    the backend URL
+
+SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to distlock are
+forwarded to COMMAND. COMMAND runs in its own process group (so that a lost
+lease stops its children too) unless --foreground is given.
+
+Exit status: COMMAND's (128+N if killed by signal N); 64 usage error;
+69 backend unreachable or failing; 70 lease lost; 75 not acquired within
+--wait; 126 COMMAND not executable; 127 COMMAND not found.
+`
+
+// runConfig is `distlock run`'s flags.
+type runConfig struct {
+	url, key          string
+	ttl, wait, grace  time.Duration
+	foreground, quiet bool
+}
+
+func cmdRun(ctx context.Context, args []string, s stdio) int {
+	var c runConfig
+	fs := newFlags("run", runHelp, s)
+	fs.StringVar(&c.url, "url", defaultURL(), "backend URL ($DISTLOCK_URL sets the default)")
+	fs.StringVar(&c.key, "key", "", "lock key (required)")
+	fs.DurationVar(&c.ttl, "ttl", 15*time.Second, "lease TTL; the lease is renewed every TTL/3 while COMMAND runs")
+	fs.DurationVar(&c.wait, "wait", 0, "how long to wait for the lock; 0 waits forever")
+	fs.DurationVar(&c.grace, "grace", 10*time.Second, "after a lost lease, time between SIGTERM and SIGKILL")
+	fs.BoolVar(&c.foreground, "foreground", false, "run COMMAND in distlock's process group (it may read the terminal; only COMMAND itself is signalled)")
+	fs.BoolVar(&c.quiet, "q", false, "print nothing but errors")
+	if code, ok := parseFlags(fs, args, s); !ok {
+		return code
+	}
+	argv := fs.Args()
+	switch {
+	case c.key == "":
+		return usageError(s, "run", "--key is required")
+	case len(argv) == 0:
+		return usageError(s, "run", "no command given (distlock run --key K -- COMMAND ARGS...)")
+	case c.ttl <= 0 || c.ttl > distlock.MaxTTL:
+		return usageError(s, "run", "--ttl %v out of range (0, %v]", c.ttl, distlock.MaxTTL)
+	case c.wait < 0:
+		return usageError(s, "run", "--wait %v is negative", c.wait)
+	case c.grace < 0:
+		return usageError(s, "run", "--grace %v is negative", c.grace)
+	}
+	return runLocked(ctx, c, argv, s)
+}
+
+// defaultURL is $DISTLOCK_URL, else mem://.
+func defaultURL() string {
+	if u := os.Getenv("DISTLOCK_URL"); u != "" {
+		return u
+	}
+	return "mem://"
+}
+
+// forwarded are the signals distlock passes on to its command.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+func runLocked(ctx context.Context, c runConfig, argv []string, s stdio) int {
+	logf := func(format string, args ...any) {
+		if !c.quiet {
+			fmt.Fprintf(s.err, "distlock: "+format+"\n", args...)
+		}
+	}
+	// Signals arriving while we wait for the lock end the wait; later ones
+	// go to the command.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	l, err := openLocker(ctx, c.url)
+	if err != nil {
+		fmt.Fprintf(s.err, "distlock run: %v\n", err)
+		if errors.Is(err, distlock.ErrInvalid) {
+			return exitUsage
+		}
+		return exitUnavailable
+	}
+	defer l.Close()
+
+	lease, code := acquireForRun(ctx, l, c, sigs, s)
+	if lease == nil {
+		return code
+	}
+	logf("acquired %q (token %d)", c.key, lease.Token())
+
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = s.in, s.out, s.err
+	cmd.Env = append(os.Environ(),
+		"DISTLOCK_TOKEN="+lease.Token().String(),
+		"DISTLOCK_KEY="+c.key,
+		"DISTLOCK_URL="+c.url,
+	)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: !c.foreground}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(s.err, "distlock run: %v\n", err)
+		releaseLease(lease, logf)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			return exitNotFound
+		}
+		return exitCannotExec
+	}
+	signalChild := func(sig syscall.Signal) {
+		if c.foreground {
+			_ = cmd.Process.Signal(sig)
+		} else {
+			_ = syscall.Kill(-cmd.Process.Pid, sig) // the whole group
+		}
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	leaseDone, ctxDone := lease.Done(), ctx.Done()
+	var kill <-chan time.Time
+	terminate := func() { // SIGTERM now, SIGKILL after the grace
+		signalChild(syscall.SIGTERM)
+		if kill == nil {
+			kill = time.After(c.grace)
+		}
+	}
+	lost := false
+	var waitErr error
+wait:
+	for {
+		select {
+		case waitErr = <-exited:
+			break wait
+		case sig := <-sigs:
+			signalChild(sig.(syscall.Signal))
+		case <-ctxDone: // only in-process callers (tests) cancel
+			ctxDone = nil
+			terminate()
+		case <-leaseDone:
+			leaseDone = nil
+			if errors.Is(lease.Err(), distlock.ErrReleased) {
+				continue // cannot happen: only we release, after the command
+			}
+			lost = true
+			fmt.Fprintf(s.err, "distlock: %v; sending SIGTERM to the command (SIGKILL in %v)\n", lease.Err(), c.grace)
+			terminate()
+		case <-kill:
+			kill = nil
+			fmt.Fprintf(s.err, "distlock: the command outlived the %v grace; sending SIGKILL\n", c.grace)
+			signalChild(syscall.SIGKILL)
+		}
+	}
+	if lost {
+		// Frees the key at once if only our local clock gave up on it.
+		releaseLease(lease, func(string, ...any) {})
+		return exitLeaseLost
+	}
+	releaseLease(lease, logf)
+	return exitStatus(waitErr, cmd.ProcessState)
+}
+
+// acquireForRun waits for the lock; on failure it returns a nil lease and
+// the exit code.
+func acquireForRun(ctx context.Context, l distlock.Locker, c runConfig, sigs <-chan os.Signal, s stdio) (*distlock.Lease, int) {
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if c.wait > 0 {
+		var cancelT context.CancelFunc
+		actx, cancelT = context.WithTimeoutCause(actx, c.wait, fmt.Errorf("--wait %v ran out", c.wait))
+		defer cancelT()
+	}
+	type result struct {
+		lease *distlock.Lease
+		err   error
+	}
+	got := make(chan result, 1)
+	go func() {
+		ls, err := l.Acquire(actx, c.key, distlock.WithTTL(c.ttl), distlock.WithAutoRenew(true))
+		got <- result{ls, err}
+	}()
+	var sig os.Signal
+	var r result
+	select {
+	case r = <-got:
+	case sig = <-sigs:
+		cancel(fmt.Errorf("received %v", sig))
+		r = <-got
+		if r.err == nil { // won the race with the signal: give the lock back
+			releaseLease(r.lease, func(string, ...any) {})
+			r = result{nil, context.Cause(actx)}
+		}
+	}
+	if r.err == nil {
+		return r.lease, 0
+	}
+	fmt.Fprintf(s.err, "distlock run: %q not acquired: %v\n", c.key, r.err)
+	switch {
+	case sig != nil:
+		return nil, 128 + int(sig.(syscall.Signal))
+	case errors.Is(r.err, context.DeadlineExceeded):
+		return nil, exitNotAcquired
+	case errors.Is(r.err, distlock.ErrInvalid):
+		return nil, exitUsage
+	default:
+		return nil, exitUnavailable
+	}
+}
+
+// releaseLease releases with a bounded context of its own: the command has
+// exited, and the lock should be free for the next holder now rather than
+// at its TTL.
+func releaseLease(lease *distlock.Lease, logf func(string, ...any)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := lease.Release(ctx); err != nil {
+		logf("release: %v", err)
+	}
+}
+
+// exitStatus maps the command's end to distlock's exit status.
+func exitStatus(err error, ps *os.ProcessState) int {
+	if ps == nil {
+		if err != nil {
+			return exitCannotExec
+		}
+		return exitOK
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// openLocker opens url with a bounded context, so an unreachable server is
+// reported rather than waited on.
+func openLocker(ctx context.Context, url string) (distlock.Locker, error) {
+	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	return distlock.Open(octx, url)
+}
+
+const holdHelp = `
+Usage: distlock hold --url URL --key KEY [--ttl D]
+
+Acquires KEY, prints "HELD <token>" and keeps the lease renewed until killed
+or --max passes. bench uses it as a holder it can SIGKILL (a crash that
+neither releases nor renews).
+`
+
+func cmdHold(ctx context.Context, args []string, s stdio) int {
+	fs := newFlags("hold", holdHelp, s)
+	url := fs.String("url", defaultURL(), "backend URL")
+	key := fs.String("key", "", "lock key (required)")
+	ttl := fs.Duration("ttl", 2*time.Second, "lease TTL")
+	maxHold := fs.Duration("max", time.Minute, "give up and exit after this long")
+	if code, ok := parseFlags(fs, args, s); !ok {
+		return code
+	}
+	if *key == "" {
+		return usageError(s, "hold", "--key is required")
+	}
+	ctx, cancel := context.WithTimeout(ctx, *maxHold)
+	defer cancel()
+	l, err := openLocker(ctx, *url)
+	if err != nil {
+		fmt.Fprintf(s.err, "distlock hold: %v\n", err)
+		return exitUnavailable
+	}
+	defer l.Close()
+	lease, err := l.Acquire(ctx, *key, distlock.WithTTL(*ttl), distlock.WithAutoRenew(true))
+	if err != nil {
+		fmt.Fprintf(s.err, "distlock hold: %v\n", err)
+		return exitNotAcquired
+	}
+	fmt.Fprintf(s.out, "HELD %d\n", lease.Token())
+	select {
+	case <-lease.Done():
+		fmt.Fprintf(s.err, "distlock hold: %v\n", lease.Err())
+		return exitLeaseLost
+	case <-ctx.Done():
+		return exitOK
+	}
+}

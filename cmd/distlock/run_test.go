@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/memory"
+)
+
+// memURL returns a mem:// URL on a Store private to the test.
+func memURL(t *testing.T) (string, *memory.Store) {
+	name := strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()) + "-" + randHex(4)
+	return "mem://" + name, memory.Named(name)
+}
+
+func TestRunPassesTokenKeyAndURL(t *testing.T) {
+	url, _ := memURL(t)
+	// A first holder takes token 1, so the command's token must be later.
+	l, err := distlock.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	first, err := l.TryAcquire(context.Background(), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	r := runCLI(t, "run", "--url", url, "--key", "job", "--", "sh", "-c", `echo "$DISTLOCK_TOKEN|$DISTLOCK_KEY|$DISTLOCK_URL"`)
+	if r.code != 0 {
+		t.Fatalf("code %d, stderr:\n%s", r.code, r.stderr)
+	}
+	parts := strings.Split(strings.TrimSpace(r.stdout), "|")
+	if len(parts) != 3 {
+		t.Fatalf("child printed %q", r.stdout)
+	}
+	tok, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil || distlock.Token(tok) <= first.Token() {
+		t.Errorf("DISTLOCK_TOKEN = %q, want a token above the earlier holder's %d", parts[0], first.Token())
+	}
+	if parts[1] != "job" || parts[2] != url {
+		t.Errorf("DISTLOCK_KEY, DISTLOCK_URL = %q, %q; want job, %s", parts[1], parts[2], url)
+	}
+	// Released after the command: the key is free.
+	if again, err := l.TryAcquire(context.Background(), "job"); err != nil {
+		t.Errorf("key still held after run returned: %v", err)
+	} else {
+		_ = again.Release(context.Background())
+	}
+}
+
+func TestRunDefaultURLFromEnv(t *testing.T) {
+	url, _ := memURL(t)
+	t.Setenv("DISTLOCK_URL", url)
+	r := runCLI(t, "run", "--key", "k", "--", "sh", "-c", `echo "$DISTLOCK_URL"`)
+	if r.code != 0 || strings.TrimSpace(r.stdout) != url {
+		t.Errorf("code %d, child saw DISTLOCK_URL=%q, want %s\n%s", r.code, r.stdout, url, r.stderr)
+	}
+}
+
+// TestRunSecondWaits: a second run on a held key waits, then runs with a
+// later token once the first command has exited.
+func TestRunSecondWaits(t *testing.T) {
+	url, _ := memURL(t)
+	dir := t.TempDir()
+	started, proceed := filepath.Join(dir, "started"), filepath.Join(dir, "proceed")
+	script := fmt.Sprintf(`touch %q; while [ ! -e %q ]; do sleep 0.02; done; echo "$DISTLOCK_TOKEN"`, started, proceed)
+	wait1, done1 := startCLI("run", "-q", "--url", url, "--key", "k", "--", "sh", "-c", script)
+	waitFile(t, started)
+
+	wait2, done2 := startCLI("run", "-q", "--url", url, "--key", "k", "--", "sh", "-c", `echo "$DISTLOCK_TOKEN"`)
+	select {
+	case <-done2:
+		t.Fatalf("second run finished while the first held the lock: %+v", wait2())
+	case <-done1:
+		t.Fatalf("first run ended early: %+v", wait1())
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := os.WriteFile(proceed, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r1, r2 := wait1(), wait2()
+	if r1.code != 0 || r2.code != 0 {
+		t.Fatalf("codes %d, %d\n%s\n%s", r1.code, r2.code, r1.stderr, r2.stderr)
+	}
+	t1, _ := strconv.Atoi(strings.TrimSpace(r1.stdout))
+	t2, _ := strconv.Atoi(strings.TrimSpace(r2.stdout))
+	if t1 <= 0 || t2 <= t1 {
+		t.Errorf("tokens %q then %q: want positive and increasing", r1.stdout, r2.stdout)
+	}
+}
+
+func TestRunWaitTimeout(t *testing.T) {
+	url, _ := memURL(t)
+	l, err := distlock.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	held, err := l.TryAcquire(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	r := runCLI(t, "run", "--url", url, "--key", "k", "--wait", "100ms", "--", "sh", "-c", "echo ran")
+	if r.code != exitNotAcquired || strings.Contains(r.stdout, "ran") {
+		t.Errorf("code %d (want %d), stdout %q, stderr %s", r.code, exitNotAcquired, r.stdout, r.stderr)
+	}
+}
+
+// TestRunLeaseLost: when the backend expires the lease, the command gets
+// SIGTERM and distlock exits 70.
+func TestRunLeaseLost(t *testing.T) {
+	url, store := memURL(t)
+	started := filepath.Join(t.TempDir(), "started")
+	script := fmt.Sprintf(`trap 'echo got-term; exit 0' TERM; touch %q; while :; do sleep 0.02; done`, started)
+	wait, _ := startCLI("run", "--url", url, "--key", "k", "--grace", "20s", "--", "sh", "-c", script)
+	waitFile(t, started)
+	if !store.ForceExpire("k") {
+		t.Fatal("key not held while the command runs")
+	}
+	r := wait()
+	if r.code != exitLeaseLost {
+		t.Errorf("code %d, want %d", r.code, exitLeaseLost)
+	}
+	if !strings.Contains(r.stdout, "got-term") {
+		t.Errorf("command did not get SIGTERM; stdout %q stderr %s", r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "lease lost") {
+		t.Errorf("stderr does not say the lease was lost:\n%s", r.stderr)
+	}
+}
+
+// TestRunLeaseLostKill: a command that ignores SIGTERM is killed after the grace.
+func TestRunLeaseLostKill(t *testing.T) {
+	url, store := memURL(t)
+	started := filepath.Join(t.TempDir(), "started")
+	script := fmt.Sprintf(`trap '' TERM; touch %q; while :; do sleep 0.02; done`, started)
+	wait, _ := startCLI("run", "--url", url, "--key", "k", "--grace", "200ms", "--", "sh", "-c", script)
+	waitFile(t, started)
+	store.ForceExpire("k")
+	r := wait()
+	if r.code != exitLeaseLost || !strings.Contains(r.stderr, "SIGKILL") {
+		t.Errorf("code %d (want %d), stderr:\n%s", r.code, exitLeaseLost, r.stderr)
+	}
+}
+
+// TestRunBinaryExitStatus runs the real binary: exit codes and signals of
+// the command pass through.
+func TestRunBinaryExitStatus(t *testing.T) {
+	for _, tc := range []struct {
+		argv []string
+		code int
+	}{
+		{[]string{"sh", "-c", "exit 0"}, 0},
+		{[]string{"sh", "-c", "exit 3"}, 3},
+		{[]string{"sh", "-c", "exit 255"}, 255},
+		{[]string{"sh", "-c", "kill -TERM $$"}, 128 + 15},
+		{[]string{"sh", "-c", "kill -KILL $$"}, 128 + 9},
+		{[]string{"/nonexistent/command"}, exitNotFound},
+		{[]string{"/"}, exitCannotExec},
+	} {
+		cmd := exec.Command(binPath, append([]string{"run", "-q", "--url", "mem://", "--key", "k", "--"}, tc.argv...)...)
+		out, _ := cmd.CombinedOutput()
+		if got := cmd.ProcessState.ExitCode(); got != tc.code {
+			t.Errorf("%q: exit %d, want %d\n%s", tc.argv, got, tc.code, out)
+		}
+	}
+}
+
+// TestRunBinaryForwardsSignal: SIGTERM to distlock reaches the command.
+func TestRunBinaryForwardsSignal(t *testing.T) {
+	started := filepath.Join(t.TempDir(), "started")
+	script := fmt.Sprintf(`trap 'exit 42' TERM; touch %q; while :; do sleep 0.02; done`, started)
+	cmd := exec.Command(binPath, "run", "-q", "--key", "k", "--", "sh", "-c", script)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, started)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("distlock did not exit after SIGTERM")
+	}
+	if got := cmd.ProcessState.ExitCode(); got != 42 {
+		t.Errorf("exit %d, want the command's 42 from its SIGTERM trap", got)
+	}
+}
+
+// TestRunBinaryRedisProcesses: two distlock processes on one Redis key; the
+// second waits until the first command exits. Skipped until redis:// is
+// registered.
+func TestRunBinaryRedisProcesses(t *testing.T) {
+	if !registered("redis") {
+		t.Skip("redis:// is not registered in this build")
+	}
+	s := testserver.Redis(t)
+	url := "redis://" + s.Addr() + "/0"
+	dir := t.TempDir()
+	started, proceed := filepath.Join(dir, "started"), filepath.Join(dir, "proceed")
+	script := fmt.Sprintf(`touch %q; while [ ! -e %q ]; do sleep 0.02; done; echo "$DISTLOCK_TOKEN"`, started, proceed)
+	first := exec.Command(binPath, "run", "-q", "--url", url, "--key", "k", "--", "sh", "-c", script)
+	var out1, out2 syncBuffer
+	first.Stdout, first.Stderr = &out1, &out1
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer first.Process.Kill()
+	waitFile(t, started)
+	second := exec.Command(binPath, "run", "-q", "--url", url, "--key", "k", "--", "sh", "-c", `echo "$DISTLOCK_TOKEN"`)
+	second.Stdout, second.Stderr = &out2, &out2
+	if err := second.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer second.Process.Kill()
+	done2 := make(chan error, 1)
+	go func() { done2 <- second.Wait() }()
+	select {
+	case err := <-done2:
+		t.Fatalf("second run finished while the first held the lock (%v): %s", err, out2.String())
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := os.WriteFile(proceed, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Wait(); err != nil {
+		t.Fatalf("first: %v\n%s", err, out1.String())
+	}
+	select {
+	case err := <-done2:
+		if err != nil {
+			t.Fatalf("second: %v\n%s", err, out2.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("second run did not finish after the first released")
+	}
+	t1, _ := strconv.Atoi(strings.TrimSpace(out1.String()))
+	t2, _ := strconv.Atoi(strings.TrimSpace(out2.String()))
+	if t1 <= 0 || t2 <= t1 {
+		t.Errorf("tokens %q then %q: want positive and increasing", out1.String(), out2.String())
+	}
+}
