@@ -7,9 +7,11 @@ GO ?= go
 setup:
 	bash scripts/setup.sh
 
-# The main job: compare the backends on local servers it starts itself.
+# The main job: compare the backends on local servers it starts itself and
+# write the report (text, JSON, HTML with charts) under reports/.
 demo: setup
-	$(GO) run ./examples/swap
+	$(GO) run ./cmd/distlock compare --duration 500ms --repeat 3 \
+		--text reports/compare.txt --json reports/compare.json --html reports/compare.html
 
 # Everything CI runs: vet, then every test under the race detector against
 # real servers the tests start.

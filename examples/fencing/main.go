@@ -15,7 +15,8 @@
 //
 // Flags:
 //
-//	-dsn  PostgreSQL URL (default $DATABASE_URL); required
+//	-dsn  PostgreSQL URL (default $DATABASE_URL; with neither, a throwaway
+//	      local PostgreSQL is started from the installed binaries)
 //	-url  lock backend URL (default $DISTLOCK_URL, else mem://)
 //	-ttl  A's lease TTL, i.e. how long before the pause costs A its lock (default 1s)
 //
@@ -35,6 +36,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/distlock/distlock/internal/testserver"
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/fencing"
@@ -71,10 +74,6 @@ func cli(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if cfg.dsn == "" {
-		fmt.Fprintln(stderr, "fencing: no PostgreSQL given: pass -dsn postgres://user@host:5432/dbname or set DATABASE_URL")
-		return 2
-	}
 	if cfg.ttl <= 0 || cfg.ttl > time.Minute {
 		fmt.Fprintf(stderr, "fencing: -ttl %v: want between 0 and 1m\n", cfg.ttl)
 		return 2
@@ -82,6 +81,18 @@ func cli(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// Bound the whole demo: a server that does not answer fails it.
 	ctx, cancel := context.WithTimeout(ctx, 2*cfg.ttl+time.Minute)
 	defer cancel()
+	if cfg.dsn == "" {
+		// No database named: start a throwaway one from the installed
+		// PostgreSQL binaries (make setup installs them).
+		srv, err := testserver.Start(ctx, testserver.KindPostgres, "")
+		if err != nil {
+			fmt.Fprintf(stderr, "fencing: no -dsn or DATABASE_URL given, and starting a local PostgreSQL failed: %v\n(run `make setup`, or pass -dsn postgres://user@host:5432/dbname)\n", err)
+			return 2
+		}
+		defer srv.Close()
+		cfg.dsn = srv.DSN()
+		fmt.Fprintf(stdout, "using a local PostgreSQL started for this demo at %s\n", srv.Addr())
+	}
 	if err := run(ctx, stdout, cfg); err != nil {
 		fmt.Fprintf(stderr, "fencing: %v\n", err)
 		return 1

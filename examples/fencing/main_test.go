@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 
@@ -73,7 +74,6 @@ func TestUsageErrors(t *testing.T) {
 		code int
 		want []string
 	}{
-		{"no DSN", nil, nil, 2, []string{"-dsn", "DATABASE_URL"}},
 		{"bad TTL", []string{"-ttl", "0s"}, map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/x"}, 2, []string{"-ttl"}},
 		{"unknown flag", []string{"-nope"}, nil, 2, []string{"-nope"}},
 		{"bad DSN", []string{"-dsn", "postgres://%zz"}, nil, 1, []string{"bad -dsn"}},
@@ -99,5 +99,21 @@ func testBadLockURL(t *testing.T, dsn string) {
 	code := cli(context.Background(), []string{"-url", "nosuch://x"}, env(map[string]string{"DATABASE_URL": dsn}), &out, &errOut)
 	if code != 1 || !strings.Contains(errOut.String(), "nosuch") {
 		t.Fatalf("exit code %d, stderr %q: want 1 and a message naming the scheme", code, errOut.String())
+	}
+}
+
+// TestNoDSNStartsLocalServer: with no DSN the demo starts its own
+// PostgreSQL, as the README's command promises.
+func TestNoDSNStartsLocalServer(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := cli(context.Background(), []string{"-ttl", "200ms"}, env(nil), &out, &errOut)
+	if code == 2 && strings.Contains(errOut.String(), "starting a local PostgreSQL failed") && os.Getenv("CI") != "true" {
+		t.Skip(errOut.String())
+	}
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	if !strings.Contains(out.String(), "using a local PostgreSQL") {
+		t.Fatalf("did not say which server it used:\n%s", out.String())
 	}
 }
