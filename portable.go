@@ -16,16 +16,18 @@ import (
 
 // New wraps a Backend in the portable layer and returns the Locker users
 // program against. Backend packages call it from their own constructors;
-// call it directly to run a third-party or wrapped Backend.
+// call it directly to run a third-party or wrapped Backend. New owns b: if
+// it fails, it closes b, so a constructor can simply return its result.
 func New(b Backend, opts ...Option) (Locker, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: nil backend", ErrInvalidOption)
 	}
 	o, err := ResolveOptions(opts...)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = validateTTL(o.TTL)
 	}
-	if err := validateTTL(o.TTL); err != nil {
+	if err != nil {
+		_ = b.Close()
 		return nil, err
 	}
 	life, stop := context.WithCancelCause(context.Background())

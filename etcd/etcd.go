@@ -145,12 +145,7 @@ func New(client *clientv3.Client, opts ...distlock.Option) (distlock.Locker, err
 	if err != nil {
 		return nil, err
 	}
-	l, err := distlock.New(b, opts...)
-	if err != nil {
-		_ = b.Close()
-		return nil, err
-	}
-	return l, nil
+	return distlock.New(b, opts...) // closes b if it fails
 }
 
 // NewBackend returns the raw Backend on client, for wrapping (tests,
@@ -234,9 +229,8 @@ func open(ctx context.Context, u *url.URL, opts ...distlock.Option) (distlock.Lo
 		_ = cli.Close()
 		return nil, err
 	}
-	l, err := distlock.New(b, opts...) // validates the options
+	l, err := distlock.New(b, opts...) // validates the options; closes b if it fails
 	if err != nil {
-		_ = b.Close()
 		return nil, err
 	}
 	// The client dials lazily: ask the cluster something (a linearizable

@@ -197,12 +197,7 @@ func newLocker(ctx context.Context, client goredis.UniversalClient, opts []distl
 	if err != nil {
 		return nil, err
 	}
-	l, err := distlock.New(b, opts...)
-	if err != nil {
-		_ = b.Close()
-		return nil, err
-	}
-	return l, nil
+	return distlock.New(b, opts...) // closes b if it fails
 }
 
 func newBackend(ctx context.Context, client goredis.UniversalClient, opts []distlock.Option) (*backend, error) {

@@ -202,12 +202,7 @@ func Dial(ctx context.Context, servers []string, opts ...distlock.Option) (distl
 	if err != nil {
 		return nil, err
 	}
-	l, err := distlock.New(b, opts...)
-	if err != nil {
-		_ = b.Close()
-		return nil, err
-	}
-	return l, nil
+	return distlock.New(b, opts...) // closes b if it fails
 }
 
 // New returns a Locker on conn, a session the caller made with zk.Connect
@@ -219,12 +214,7 @@ func New(conn *zk.Conn, opts ...distlock.Option) (distlock.Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := distlock.New(b, opts...)
-	if err != nil {
-		_ = b.Close()
-		return nil, err
-	}
-	return l, nil
+	return distlock.New(b, opts...) // closes b if it fails
 }
 
 // DialBackend is Dial's raw Backend, for wrapping (tests, middleware).
