@@ -261,3 +261,56 @@ func TestMissingCapabilitiesSkip(t *testing.T) {
 		}
 	}
 }
+
+// queueOnly is a Blocker over the memory backend, to check that Crashable
+// keeps a queue backend's Lock in use.
+type queueOnly struct {
+	distlock.Backend
+	locks atomic.Int64
+}
+
+func (q *queueOnly) Lock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+	q.locks.Add(1)
+	for {
+		g, err := q.Backend.TryLock(ctx, req)
+		if !errors.Is(err, distlock.ErrNotAcquired) {
+			return g, err
+		}
+		select {
+		case <-ctx.Done():
+			return distlock.Grant{}, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+func TestCrashableKeepsBlocker(t *testing.T) {
+	q := &queueOnly{Backend: memory.NewBackend(memory.NewStore())}
+	c := conformance.NewCrashable(q)
+	if _, ok := c.Blocking().(distlock.Blocker); !ok {
+		t.Fatal("Blocking() hides the wrapped Blocker")
+	}
+	l, err := distlock.New(c.Blocking())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ls, err := l.Acquire(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.locks.Load() != 1 {
+		t.Fatalf("Acquire did not go through the wrapped Lock (%d calls)", q.locks.Load())
+	}
+	c.Crash()
+	if !c.Crashed() {
+		t.Fatal("Crashed() false after Crash")
+	}
+	if _, err := l.Acquire(t.Context(), "other"); !errors.Is(err, conformance.ErrCrashed) {
+		t.Fatalf("Acquire after Crash: %v", err)
+	}
+	_ = ls
+	if _, ok := conformance.NewCrashable(memory.NewBackend(memory.NewStore())).Blocking().(distlock.Blocker); ok {
+		t.Fatal("Blocking() invents a Blocker the backend lacks")
+	}
+}

@@ -17,8 +17,12 @@ var ErrCrashed = errors.New("conformance: backend crashed")
 // call fails with ErrCrashed, as calls from a dead process would never
 // arrive, and the server keeps the locks until their TTL. It fits backends
 // whose locks live only as long as their TTL (Redis, memory); backends with
-// client-side sessions (etcd, ZooKeeper) must also stop their session's
-// keep-alive, without ending the session.
+// client-side sessions (ZooKeeper) must also drop the session's connection
+// without ending the session.
+//
+// A Crashable forwards Subscribe (Notifier) and As; pass Backend() rather
+// than the Crashable itself to distlock.New when the wrapped backend is a
+// Blocker, so its server-side queue stays in use.
 type Crashable struct {
 	distlock.Backend
 	crashed atomic.Bool
@@ -26,6 +30,27 @@ type Crashable struct {
 
 // NewCrashable wraps b.
 func NewCrashable(b distlock.Backend) *Crashable { return &Crashable{Backend: b} }
+
+// Crashed reports whether Crash was called.
+func (c *Crashable) Crashed() bool { return c.crashed.Load() }
+
+// Blocking returns c as a Backend that also implements distlock.Blocker
+// when the wrapped backend does; otherwise c itself.
+func (c *Crashable) Blocking() distlock.Backend {
+	if _, ok := c.Backend.(distlock.Blocker); ok {
+		return crashableBlocker{c}
+	}
+	return c
+}
+
+type crashableBlocker struct{ *Crashable }
+
+func (c crashableBlocker) Lock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+	if c.crashed.Load() {
+		return distlock.Grant{}, ErrCrashed
+	}
+	return c.Backend.(distlock.Blocker).Lock(ctx, req)
+}
 
 // Crash makes every later call fail.
 func (c *Crashable) Crash() { c.crashed.Store(true) }
