@@ -1,0 +1,382 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/redis"
+)
+
+// backend implements distlock.Backend and distlock.Notifier over the nodes.
+type backend struct {
+	nodes        []*node
+	prefix       string
+	quorum       int
+	nodeTimeout  time.Duration // 0: defaultNodeTimeout(ttl)
+	closeClients bool
+	driftFactor  float64
+	driftMin     time.Duration
+
+	// wg tracks the node calls that outlive the operation that started
+	// them (stragglers and background releases); Close waits for them,
+	// and each is bounded by the node timeout.
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// handle is a Grant's Handle: Lease.As(*redis.Keys) reaches the lock's keys.
+type handle struct{ keys redis.Keys }
+
+func (h *handle) As(target any) bool {
+	if p, ok := target.(*redis.Keys); ok {
+		*p = h.keys
+		return true
+	}
+	return false
+}
+
+func (b *backend) Guarantees() distlock.Guarantees {
+	n := len(b.nodes)
+	return distlock.Guarantees{
+		Backend:           "redlock",
+		TokenSource:       "quorum-ordered: max of the majority's INCR counters, raised on a majority in phase 2",
+		Wait:              distlock.WaitNotify,
+		FailuresTolerated: (n - 1) / 2,
+		ClockDependent:    true,
+		RestartLosesLocks: true,
+		Notes: []string{
+			fmt.Sprintf("%d nodes, quorum %d: a lock is held while a majority holds it", n, b.quorum),
+			"mutual exclusion depends on bounded clock drift between the nodes; a clock jump on a node can free a lock early, and the fencing token (larger for any later majority) is then what protects the resource",
+			"nodes must not lose writes: run them with appendfsync always, or keep a crashed node down for at least the longest TTL before it rejoins",
+			"waiters are woken by pub/sub release notices from any node, not in FIFO order",
+		},
+	}
+}
+
+func (b *backend) timeout(ttl time.Duration) time.Duration {
+	if b.nodeTimeout > 0 {
+		return b.nodeTimeout
+	}
+	return defaultNodeTimeout(ttl)
+}
+
+func (b *backend) drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*b.driftFactor) + b.driftMin
+}
+
+// reply is one node's answer: ok is the call's yes/no, err a failure to
+// reach or use the node (a timeout included).
+type reply struct {
+	i   int
+	ok  bool
+	err error
+}
+
+// fanOut calls fn on each node of idx in parallel, each call bounded by nt,
+// and returns the channel the replies arrive on (buffered: a straggler never
+// blocks) and one channel per node, closed when its goroutine is done —
+// after then(reply) when then is not nil.
+func (b *backend) fanOut(ctx context.Context, idx []int, nt time.Duration,
+	fn func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error), then func(reply)) (<-chan reply, map[int]chan struct{}) {
+	ch := make(chan reply, len(idx))
+	dones := make(map[int]chan struct{}, len(idx))
+	for _, i := range idx {
+		done := make(chan struct{})
+		dones[i] = done
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			defer close(done)
+			nctx, cancel := context.WithTimeout(ctx, nt)
+			ok, err := fn(nctx, i, b.nodes[i].client)
+			cancel()
+			r := reply{i: i, ok: ok, err: err}
+			ch <- r
+			if then != nil {
+				then(r)
+			}
+		}()
+	}
+	return ch, dones
+}
+
+// tally is what gather collected.
+type tally struct {
+	yes, no  []int         // nodes that answered yes / no
+	failed   map[int]error // nodes whose call failed
+	answered map[int]bool  // every node that answered (yes, no or failed)
+	silent   int           // nodes that did not answer in time
+	ctxErr   error         // ctx ended before a decision
+}
+
+func (t *tally) add(r reply) {
+	t.answered[r.i] = true
+	switch {
+	case r.err != nil:
+		t.failed[r.i] = r.err
+	case r.ok:
+		t.yes = append(t.yes, r.i)
+	default:
+		t.no = append(t.no, r.i)
+	}
+}
+
+// gather reads up to total replies. With need > 0 it stops early once need
+// nodes said yes, or once need yeses can no longer be reached. It stops
+// anyway when all answered, ctx ended or the deadline passed (a backstop
+// for clients whose calls ignore context deadlines).
+func gather(ctx context.Context, ch <-chan reply, total, need int, deadline time.Time) tally {
+	t := tally{failed: map[int]error{}, answered: map[int]bool{}}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for len(t.answered) < total {
+		if need > 0 && (len(t.yes) >= need || len(t.yes)+total-len(t.answered) < need) {
+			break
+		}
+		select {
+		case r := <-ch:
+			t.add(r)
+			continue
+		case <-ctx.Done():
+			t.ctxErr = ctx.Err()
+		case <-timer.C:
+		}
+		break
+	}
+	t.silent = total - len(t.answered)
+	return t
+}
+
+// deadline is when gather stops waiting for calls bounded by nt.
+func deadline(nt time.Duration) time.Time {
+	return time.Now().Add(nt + max(nt/4, 2*time.Millisecond))
+}
+
+// summary describes the failed and silent nodes of t for an error message.
+func (b *backend) summary(t tally) string {
+	var parts []string
+	for i := range b.nodes {
+		if err, ok := t.failed[i]; ok {
+			parts = append(parts, fmt.Sprintf("node %d: %v", i, err))
+		}
+	}
+	if t.silent > 0 {
+		parts = append(parts, fmt.Sprintf("%d node(s) did not answer in time", t.silent))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
+}
+
+func (b *backend) all() []int {
+	idx := make([]int, len(b.nodes))
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
+}
+
+func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+	start := time.Now()
+	k := redis.KeysFor(b.prefix, req.Key)
+	nt := b.timeout(req.TTL)
+	n := len(b.nodes)
+
+	// Phase 1. Each node's goroutine waits for the decision and, if the
+	// attempt failed, releases its node unless the node said "held" (so
+	// nothing of ours is there).
+	results := make([]redis.AcquireResult, n) // written before the reply is sent
+	decided := make(chan struct{})
+	var failed atomic.Bool
+	var once sync.Once
+	decide := func(ok bool) {
+		once.Do(func() {
+			failed.Store(!ok)
+			close(decided)
+		})
+	}
+	defer decide(false) // any early return is a failure
+	ch, dones := b.fanOut(ctx, b.all(), nt,
+		func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
+			r, err := redis.AcquireOn(ctx, c, k, req.Owner, req.TTL)
+			results[i] = r
+			return r.Acquired, err
+		},
+		func(r reply) {
+			<-decided
+			if failed.Load() && (r.err != nil || r.ok) {
+				b.releaseNode(ctx, r.i, k, req.Owner, nt)
+			}
+		})
+	t1 := gather(ctx, ch, n, b.quorum, deadline(nt))
+
+	fail := func(err error) (distlock.Grant, error) {
+		decide(false)
+		// Wait for the releases of the nodes that answered (they are
+		// responsive); the silent ones release in the background.
+		for i := range t1.answered {
+			<-dones[i]
+		}
+		return distlock.Grant{}, err
+	}
+	if t1.ctxErr != nil {
+		return fail(t1.ctxErr)
+	}
+	if len(t1.yes) < b.quorum {
+		return fail(b.notAcquired(req.Key, t1, results, "phase 1"))
+	}
+
+	// Nodes that said yes meanwhile join phase 2: a slow node among them
+	// then costs less.
+	for more := true; more; {
+		select {
+		case r := <-ch:
+			t1.add(r)
+		default:
+			more = false
+		}
+	}
+
+	// The token: the maximum over the acquired nodes.
+	var token distlock.Token
+	for _, i := range t1.yes {
+		token = max(token, results[i].Token)
+	}
+
+	// Phase 2: raise the counters of the quorum to the token.
+	ch2, _ := b.fanOut(ctx, t1.yes, nt, func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
+		return redis.RaiseTokenOn(ctx, c, k, req.Owner, token)
+	}, nil)
+	t2 := gather(ctx, ch2, len(t1.yes), b.quorum, deadline(nt))
+	switch {
+	case t2.ctxErr != nil:
+		return fail(t2.ctxErr)
+	case len(t2.yes) < b.quorum && len(t2.no) > 0:
+		// A lock of ours vanished between the phases (expired or deleted).
+		return fail(fmt.Errorf("redlock: %q: token %d raised on %d of %d nodes (need %d), the lock was gone on %d: %w",
+			req.Key, token, len(t2.yes), n, b.quorum, len(t2.no), &distlock.HeldError{Key: req.Key}))
+	case len(t2.yes) < b.quorum:
+		return fail(fmt.Errorf("%w: %q: token %d raised on %d of %d nodes (need %d)%s",
+			ErrNoQuorum, req.Key, token, len(t2.yes), n, b.quorum, b.summary(t2)))
+	}
+	if elapsed, valid := time.Since(start), req.TTL-b.drift(req.TTL); elapsed >= valid {
+		return fail(fmt.Errorf("redlock: %q: acquiring took %v, more than the validity %v (TTL minus drift)",
+			req.Key, elapsed, valid))
+	}
+	decide(true)
+	// The portable deadline is start + TTL − drift: every node's lock was
+	// set after start, so it lasts at least that long by the nodes' clocks.
+	return distlock.Grant{Token: token, Start: start, Validity: req.TTL, Handle: &handle{keys: k}}, nil
+}
+
+// releaseNode gives node i's lock back after a failed attempt, even when the
+// caller's context has ended; bounded by nt.
+func (b *backend) releaseNode(ctx context.Context, i int, k redis.Keys, owner string, nt time.Duration) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nt)
+	defer cancel()
+	_, _ = redis.ReleaseOn(rctx, b.nodes[i].client, k, owner)
+}
+
+// notAcquired is the error of a failed phase 1: a HeldError when a node said
+// the key is held, ErrNoQuorum otherwise.
+func (b *backend) notAcquired(key string, t tally, results []redis.AcquireResult, phase string) error {
+	n := len(b.nodes)
+	if len(t.no) > 0 {
+		var retry time.Duration
+		for _, i := range t.no {
+			if d := results[i].HolderTTL; d > 0 && (retry == 0 || d < retry) {
+				retry = d
+			}
+		}
+		return fmt.Errorf("redlock: %q: %s granted by %d of %d nodes (need %d), held on %d%s: %w",
+			key, phase, len(t.yes), n, b.quorum, len(t.no), b.summary(t), &distlock.HeldError{Key: key, RetryAfter: retry})
+	}
+	return fmt.Errorf("%w: %q: %d of %d nodes answered, %d granted (need %d)%s",
+		ErrNoQuorum, key, len(t.answered)-len(t.failed), n, len(t.yes), b.quorum, b.summary(t))
+}
+
+func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Duration) (time.Duration, error) {
+	start := time.Now()
+	k := redis.KeysFor(b.prefix, g.Key)
+	nt := b.timeout(ttl)
+	n := len(b.nodes)
+	ch, _ := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
+		return redis.RefreshOn(ctx, c, k, g.Owner, ttl)
+	}, nil)
+	t := gather(ctx, ch, n, b.quorum, deadline(nt))
+	switch {
+	case t.ctxErr != nil:
+		return 0, t.ctxErr
+	case len(t.no) > n-b.quorum:
+		return 0, fmt.Errorf("redlock: %q: not ours on %d of %d nodes: %w", g.Key, len(t.no), n, distlock.ErrNotHeld)
+	case len(t.yes) < b.quorum:
+		return 0, fmt.Errorf("%w: %q: refreshed on %d of %d nodes (need %d)%s",
+			ErrNoQuorum, g.Key, len(t.yes), n, b.quorum, b.summary(t))
+	}
+	if elapsed, valid := time.Since(start), ttl-b.drift(ttl); elapsed >= valid {
+		return 0, fmt.Errorf("redlock: %q: refresh took %v, more than the validity %v", g.Key, elapsed, valid)
+	}
+	// Each node's new expiry was set after start.
+	return ttl, nil
+}
+
+func (b *backend) Unlock(ctx context.Context, g distlock.Grant) error {
+	k := redis.KeysFor(b.prefix, g.Key)
+	ttl := g.Validity // TryLock sets it to the TTL; Unlock is not given the TTL
+	if ttl <= 0 {
+		ttl = distlock.DefaultTTL
+	}
+	nt := b.timeout(ttl)
+	n := len(b.nodes)
+	ch, _ := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
+		return redis.ReleaseOn(ctx, c, k, g.Owner)
+	}, nil)
+	// Waits for every node (up to the node timeout), not just a quorum: a
+	// TryAcquire right after Release must not find this lease's lock still
+	// on a slower node.
+	t := gather(ctx, ch, n, 0, deadline(nt))
+	switch {
+	case t.ctxErr != nil:
+		return t.ctxErr
+	case len(t.yes) >= b.quorum:
+		return nil
+	case len(t.no) > n-b.quorum:
+		return fmt.Errorf("redlock: %q: not ours on %d of %d nodes: %w", g.Key, len(t.no), n, distlock.ErrNotHeld)
+	}
+	return fmt.Errorf("%w: %q: released on %d of %d nodes (need %d)%s",
+		ErrNoQuorum, g.Key, len(t.yes), n, b.quorum, b.summary(t))
+}
+
+// Close waits for the node calls still running (each bounded by the node
+// timeout), then stops the notifiers and, with WithCloseClients, closes the
+// clients.
+func (b *backend) Close() error {
+	b.closeOnce.Do(func() {
+		b.wg.Wait()
+		b.closeErr = b.closeNodes()
+	})
+	return b.closeErr
+}
+
+// As gives access to the node clients: target may be a
+// *[]goredis.UniversalClient (a copy of the slice, in node order).
+func (b *backend) As(target any) bool {
+	if p, ok := target.(*[]goredis.UniversalClient); ok {
+		cs := make([]goredis.UniversalClient, len(b.nodes))
+		for i, nd := range b.nodes {
+			cs[i] = nd.client
+		}
+		*p = cs
+		return true
+	}
+	return false
+}

@@ -1,0 +1,185 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/distlock/distlock"
+)
+
+// Subscribe implements distlock.Notifier: it subscribes to key's release
+// notices on every node (no I/O until the first Wait). A release publishes
+// on each node that held the lock, so a notice from any node wakes the
+// waiter.
+func (b *backend) Subscribe(ctx context.Context, key string) (distlock.Subscription, error) {
+	s := &subscription{sig: make(chan struct{}, 1)}
+	for i, nd := range b.nodes {
+		ns, err := nd.notifier.Subscribe(ctx, key)
+		if err != nil {
+			for _, ns := range s.subs {
+				_ = ns.Close()
+			}
+			return nil, fmt.Errorf("redlock: subscribe on node %d: %w", i, err)
+		}
+		s.subs = append(s.subs, ns)
+	}
+	s.failing = make([]error, len(s.subs))
+	return s, nil
+}
+
+// subscription merges the nodes' subscriptions. One goroutine per node
+// (started by the first Wait, stopped by Close) pulls that node's notices as
+// they come and stamps them; Wait returns for a notice stamped after its
+// previous return. One release publishes on every node it held, and the
+// retry that follows a Wait covers every release before that return, so the
+// burst's other copies are dropped instead of causing a retry each.
+type subscription struct {
+	subs []distlock.Subscription
+	sig  chan struct{} // a pump has news (holds at most one)
+
+	mu         sync.Mutex
+	started    bool
+	closed     bool
+	stop       context.CancelFunc
+	wg         sync.WaitGroup
+	lastNotice time.Time // when a pump last got a notice (or activation)
+	lastReturn time.Time // when Wait last returned nil
+	failing    []error   // per node: the error of its last Wait, nil when fine
+}
+
+// pumpBackoff bounds how often a pump retries a node whose subscription
+// fails (down, refusing connections).
+const (
+	pumpBackoffMin = 50 * time.Millisecond
+	pumpBackoffMax = time.Second
+)
+
+func (s *subscription) pump(life context.Context, i int) {
+	defer s.wg.Done()
+	pause := pumpBackoffMin
+	for {
+		err := s.subs[i].Wait(life)
+		if life.Err() != nil {
+			return
+		}
+		s.mu.Lock()
+		s.failing[i] = err
+		if err == nil {
+			s.lastNotice = time.Now()
+		}
+		s.mu.Unlock()
+		select {
+		case s.sig <- struct{}{}:
+		default:
+		}
+		if err == nil {
+			pause = pumpBackoffMin
+			continue
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-life.Done():
+			t.Stop()
+			return
+		}
+		pause = min(2*pause, pumpBackoffMax)
+	}
+}
+
+// Wait returns nil when a node sent a release notice (or a node's
+// subscription became active, after which the caller should try again, as
+// in package redis) since the previous return, after a short random delay
+// (see wakeJitter). Nodes whose subscription fails are ignored while
+// others still work; Wait fails only when every node fails.
+func (s *subscription) Wait(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errors.New("redlock: subscription closed")
+	}
+	if !s.started {
+		s.started = true
+		life, stop := context.WithCancel(context.Background())
+		s.stop = stop
+		for i := range s.subs {
+			s.wg.Add(1)
+			go s.pump(life, i)
+		}
+	}
+	s.mu.Unlock()
+	for {
+		s.mu.Lock()
+		if s.lastNotice.After(s.lastReturn) {
+			s.mu.Unlock()
+			if err := spread(ctx); err != nil {
+				return err
+			}
+			s.mu.Lock()
+			s.lastReturn = time.Now()
+			s.mu.Unlock()
+			return nil
+		}
+		var errs []error
+		for _, err := range s.failing {
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+		s.mu.Unlock()
+		if len(errs) == len(s.subs) {
+			return fmt.Errorf("redlock: release notices: %w", errors.Join(errs...))
+		}
+		select {
+		case <-s.sig:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Close stops the pumps, then ends every node's subscription.
+func (s *subscription) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	stop := s.stop
+	s.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	s.wg.Wait()
+	var errs []error
+	for _, ns := range s.subs {
+		if err := ns.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// wakeJitter bounds the random delay between a release notice and the
+// return of Wait. A release wakes every waiter at once, and waiters that
+// all try at once split the nodes' votes so that nobody gets a majority
+// (and their give-backs wake everyone again). Spreading the wake-ups over a
+// few round trips lets the first one win cleanly. The portable layer adds
+// no jitter after a notice, so it is done here.
+const wakeJitter = 3 * time.Millisecond
+
+func spread(ctx context.Context) error {
+	t := time.NewTimer(rand.N(wakeJitter))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

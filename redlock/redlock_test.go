@@ -1,0 +1,507 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/conformance"
+	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/redis"
+	"github.com/distlock/distlock/redlock"
+)
+
+// clients returns one client per server, closed at the end of the test
+// unless owned is set (then the caller closes them).
+func clients(t testing.TB, srvs []*testserver.Server, owned bool) []goredis.UniversalClient {
+	t.Helper()
+	cs := make([]goredis.UniversalClient, len(srvs))
+	for i, s := range srvs {
+		c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true, DialTimeout: time.Second})
+		if !owned {
+			t.Cleanup(func() { _ = c.Close() })
+		}
+		cs[i] = c
+	}
+	return cs
+}
+
+// newLocker returns a Locker with its own clients, closed with the Locker.
+func newLocker(t testing.TB, srvs []*testserver.Server, opts ...distlock.Option) distlock.Locker {
+	t.Helper()
+	cs := clients(t, srvs, true)
+	l, err := redlock.New(cs, append([]distlock.Option{redlock.WithCloseClients(true)}, opts...)...)
+	if err != nil {
+		for _, c := range cs {
+			_ = c.Close()
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// lockExists reports which nodes hold key's lock key.
+func lockExists(t *testing.T, admins []goredis.UniversalClient, prefix, key string) []int {
+	t.Helper()
+	var held []int
+	for i, a := range admins {
+		n, err := a.Exists(context.Background(), redis.KeysFor(prefix, key).Lock).Result()
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+		if n == 1 {
+			held = append(held, i)
+		}
+	}
+	return held
+}
+
+func TestConformance(t *testing.T) {
+	srvs := testserver.RedisN(t, 5)
+	admins := clients(t, srvs, false)
+	const prefix = "conf:"
+	var reg conformance.CrashRegistry
+	conformance.Run(t, conformance.Harness{
+		NewLocker: func(ctx context.Context) (distlock.Locker, error) {
+			cs := clients(t, srvs, true)
+			// 150ms: the default TTL/10 = 50ms is tight for -race on a loaded machine.
+			b, err := redlock.NewBackend(cs, redlock.WithKeyPrefix(prefix), redlock.WithCloseClients(true),
+				redlock.WithNodeTimeout(150*time.Millisecond))
+			if err != nil {
+				return nil, err
+			}
+			cb := conformance.NewCrashable(b)
+			l, err := distlock.New(cb)
+			if err != nil {
+				_ = cb.Close()
+				return nil, err
+			}
+			return reg.Add(l, cb), nil
+		},
+		Crash: reg.Crash,
+		// A forced expiry deletes the lock on every node.
+		ForceExpire: func(ctx context.Context, key string) error {
+			var deleted int64
+			for _, a := range admins {
+				n, err := a.Del(ctx, redis.KeysFor(prefix, key).Lock).Result()
+				if err != nil {
+					return err
+				}
+				deleted += n
+			}
+			if deleted == 0 {
+				return fmt.Errorf("key %q is not held on any node", key)
+			}
+			return nil
+		},
+		TTL: 500 * time.Millisecond,
+	})
+}
+
+func TestInvalid(t *testing.T) {
+	srvs := testserver.RedisN(t, 3)
+	cs := clients(t, srvs, false)
+	for _, tc := range []struct {
+		name    string
+		clients []goredis.UniversalClient
+		opts    []distlock.Option
+	}{
+		{"none", nil, nil},
+		{"one", cs[:1], nil},
+		{"even", []goredis.UniversalClient{cs[0], cs[1], cs[2], cs[0]}, nil},
+		{"nil client", []goredis.UniversalClient{cs[0], nil, cs[2]}, nil},
+		{"brace prefix", cs, []distlock.Option{redlock.WithKeyPrefix("a{b")}},
+		{"zero node timeout", cs, []distlock.Option{redlock.WithNodeTimeout(0)}},
+		{"huge node timeout", cs, []distlock.Option{redlock.WithNodeTimeout(time.Hour)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := redlock.New(tc.clients, tc.opts...)
+			if err == nil {
+				_ = l.Close()
+				t.Fatal("New succeeded")
+			}
+			if !errors.Is(err, distlock.ErrInvalidOption) || !errors.Is(err, distlock.ErrInvalid) {
+				t.Fatalf("error %v does not match ErrInvalidOption", err)
+			}
+		})
+	}
+}
+
+func TestOpen(t *testing.T) {
+	srvs := testserver.RedisN(t, 3)
+	hosts := srvs[0].Addr() + "," + srvs[1].Addr() + "," + srvs[2].Addr()
+	ctx := t.Context()
+
+	l, err := distlock.Open(ctx, "redlock://"+hosts+"?prefix=open:&node_timeout=80ms&ttl=5s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	g := l.Guarantees()
+	if g.Backend != "redlock" || g.FailuresTolerated != 1 || !g.ClockDependent || !g.RestartLosesLocks || g.Wait != distlock.WaitNotify {
+		t.Fatalf("guarantees %+v", g)
+	}
+	ls, err := l.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A quorum at least (the third may still be in flight, or cancelled).
+	if held := lockExists(t, clients(t, srvs, false), "open:", "k"); len(held) < 2 {
+		t.Fatalf("lock on nodes %v, want a quorum under the URL's prefix", held)
+	}
+	var cs []goredis.UniversalClient
+	if !distlock.As(l, &cs) || len(cs) != 3 {
+		t.Fatalf("As: got %d clients", len(cs))
+	}
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, bad := range []string{
+		"redlock://" + hosts + "?bogus=1",
+		"redlock://" + hosts + "?node_timeout=abc",
+		"redlock://" + srvs[0].Addr() + "," + srvs[1].Addr(),
+		"redlock://" + hosts + "/notadb",
+		"redlock://" + hosts + ",nohostport",
+	} {
+		l, err := distlock.Open(ctx, bad)
+		if err == nil {
+			_ = l.Close()
+			t.Errorf("Open(%q) succeeded", bad)
+			continue
+		}
+		if !errors.Is(err, distlock.ErrInvalid) {
+			t.Errorf("Open(%q): %v does not match ErrInvalid", bad, err)
+		}
+	}
+}
+
+func TestGuarantees(t *testing.T) {
+	srvs := testserver.RedisN(t, 5)
+	g := newLocker(t, srvs).Guarantees()
+	if g.FailuresTolerated != 2 || g.TokenSource == "" || g.Backend != "redlock" {
+		t.Fatalf("guarantees %+v", g)
+	}
+}
+
+// With 2 of 5 nodes down (one killed, one stopped) acquires still succeed,
+// promptly, with increasing tokens.
+func TestTwoOfFiveDown(t *testing.T) {
+	srvs := testserver.RedisN(t, 5)
+	l := newLocker(t, srvs, distlock.WithTTL(2*time.Second))
+	ctx := t.Context()
+	var last distlock.Token
+	acquire := func() {
+		t.Helper()
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		began := time.Now()
+		ls, err := l.Acquire(actx, "two-down")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Generous liveness bound: the node timeout is 50ms here.
+		if d := time.Since(began); d > 2*time.Second {
+			t.Errorf("acquire took %v with nodes down", d)
+		}
+		if ls.Token() <= last {
+			t.Fatalf("token %d not above %d", ls.Token(), last)
+		}
+		last = ls.Token()
+		if err := ls.Release(actx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acquire()
+	if err := srvs[1].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srvs[3].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer srvs[3].Resume()
+	for range 5 {
+		acquire()
+	}
+}
+
+// With 3 of 5 nodes down acquires fail fast with ErrNoQuorum, and once the
+// nodes are back no lock key is left anywhere.
+func TestThreeOfFiveDown(t *testing.T) {
+	srvs := testserver.RedisN(t, 5)
+	admins := clients(t, srvs, false)
+	l := newLocker(t, srvs, distlock.WithTTL(30*time.Second))
+	ctx := t.Context()
+	for _, i := range []int{0, 2, 4} {
+		if err := srvs[i].Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, blocking := range []bool{false, true} {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		began := time.Now()
+		var err error
+		if blocking {
+			_, err = l.Acquire(actx, "three-down")
+		} else {
+			_, err = l.TryAcquire(actx, "three-down")
+		}
+		cancel()
+		if !errors.Is(err, redlock.ErrNoQuorum) {
+			t.Fatalf("blocking=%v: error %v does not match ErrNoQuorum", blocking, err)
+		}
+		if errors.Is(err, distlock.ErrNotAcquired) {
+			t.Fatalf("blocking=%v: error %v matches ErrNotAcquired: nobody holds the key", blocking, err)
+		}
+		if !strings.Contains(err.Error(), "2 of 5 nodes answered") {
+			t.Errorf("error %q does not say how many nodes answered", err)
+		}
+		if d := time.Since(began); d > 4*time.Second {
+			t.Fatalf("blocking=%v: failing took %v", blocking, d)
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for _, i := range []int{0, 2, 4} {
+		if err := srvs[i].Restart(rctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if held := lockExists(t, admins, redis.DefaultPrefix, "three-down"); len(held) > 0 {
+		t.Fatalf("lock key left on nodes %v", held)
+	}
+	// And the set works again.
+	ls, err := l.TryAcquire(rctx, "three-down")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = ls.Release(rctx)
+}
+
+// A split vote (nobody has a majority) is a HeldError bounded by the
+// holders' TTL, and the loser gives back the nodes it took.
+func TestSplitVote(t *testing.T) {
+	srvs := testserver.RedisN(t, 5)
+	admins := clients(t, srvs, false)
+	ctx := t.Context()
+	k := redis.KeysFor(redis.DefaultPrefix, "split")
+	for _, i := range []int{0, 1} { // someone else holds 2 nodes
+		if err := admins[i].Set(ctx, k.Lock, "other", 5*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := srvs[4].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	l := newLocker(t, srvs)
+	_, err := l.TryAcquire(ctx, "split")
+	var held *distlock.HeldError
+	if !errors.As(err, &held) {
+		t.Fatalf("error %v is not a HeldError", err)
+	}
+	if held.RetryAfter <= 0 || held.RetryAfter > 5*time.Second {
+		t.Fatalf("RetryAfter %v, want the other holder's remaining TTL", held.RetryAfter)
+	}
+	// The give-backs of nodes that answered are done when TryLock returns;
+	// a node slower than the node timeout gives back in the background.
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		held := lockExists(t, admins[:4], redis.DefaultPrefix, "split")
+		if len(held) == 2 && held[0] == 0 && held[1] == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lock on nodes %v after the failed attempt, want only the other holder's 0 and 1", held)
+		}
+	}
+}
+
+// A paused node does not hold an acquire up for more than its node timeout.
+func TestPausedNodeDoesNotBlock(t *testing.T) {
+	srvs := testserver.RedisN(t, 5)
+	l := newLocker(t, srvs, redlock.WithNodeTimeout(100*time.Millisecond))
+	ctx := t.Context()
+	if err := srvs[2].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer srvs[2].Resume()
+	for range 3 {
+		began := time.Now()
+		ls, err := l.TryAcquire(ctx, "paused")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Acquire and refresh do not wait for the paused node; release
+		// waits for it up to the node timeout (bound kept generous for a
+		// loaded machine; waiting out the node's TCP timeouts would not fit).
+		if d := time.Since(began); d > 2*time.Second {
+			t.Fatalf("acquire+refresh+release took %v with one node paused", d)
+		}
+	}
+}
+
+// Emulate a clock jump on one node of the holder's majority by deleting the
+// lock there; a second client whose majority includes that node must get a
+// larger token, although that node's own counter lagged far behind: phase 2
+// raised it.
+func TestClockJumpTokenOrder(t *testing.T) {
+	srvs := testserver.RedisN(t, 5)
+	admins := clients(t, srvs, false)
+	ctx := t.Context()
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	first, second := newLocker(t, srvs), newLocker(t, srvs)
+	const key = "jump"
+
+	// Node 0 misses five grants, so its counter lags the others'.
+	if err := srvs[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		ls, err := first.TryAcquire(rctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = ls.Release(rctx)
+	}
+	if err := srvs[0].Restart(rctx); err != nil {
+		t.Fatal(err)
+	}
+	// The holder's majority is {0, 1, 2}.
+	for _, i := range []int{3, 4} {
+		if err := srvs[i].Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holder, err := first.TryAcquire(rctx, key, distlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := admins[0].Get(rctx, redis.KeysFor(redis.DefaultPrefix, key).Counter).Int64(); distlock.Token(c) != holder.Token() {
+		t.Fatalf("node 0's counter is %d after phase 2, want the token %d", c, holder.Token())
+	}
+	// The jump: node 0 forgets the lock. Nodes 3 and 4 return empty.
+	if err := admins[0].Del(rctx, redis.KeysFor(redis.DefaultPrefix, key).Lock).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{3, 4} {
+		if err := srvs[i].Restart(rctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Nodes 1 and 2 still hold the first lease: the second client's
+	// majority must be {0, 3, 4}.
+	intruder, err := second.TryAcquire(rctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held := lockExists(t, admins, redis.DefaultPrefix, key); len(held) != 5 {
+		t.Fatalf("lock on nodes %v, want all 5 (two leases)", held)
+	}
+	if intruder.Token() <= holder.Token() {
+		t.Fatalf("second lease's token %d is not above the first's %d", intruder.Token(), holder.Token())
+	}
+	_ = intruder.Release(rctx)
+	_ = holder.Release(rctx)
+}
+
+// quiet drops go-redis's own log lines (dial failures of the nodes the
+// tests kill on purpose).
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func TestMain(m *testing.M) {
+	goredis.SetLogger(quiet{})
+	os.Exit(m.Run())
+}
+
+// A waiter on a long-held key is woken by the release notices (here with
+// one node down), not by its fallback poll (≥ 5s with a 30s TTL).
+func TestHandOffByNotice(t *testing.T) {
+	srvs := testserver.RedisN(t, 5)
+	holder, waiter := newLocker(t, srvs), newLocker(t, srvs)
+	ctx := t.Context()
+	if err := srvs[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := holder.TryAcquire(ctx, "handoff", distlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	var token distlock.Token
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		w, err := waiter.Acquire(wctx, "handoff", distlock.WithTTL(30*time.Second))
+		if err == nil {
+			token = w.Token()
+			err = w.Release(wctx)
+		}
+		got <- err
+	}()
+	time.Sleep(500 * time.Millisecond) // let the waiter subscribe and settle
+	released := time.Now()
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(released); d > 3*time.Second {
+			t.Fatalf("waiter took %v after the release: woken by its fallback poll, not a notice", d)
+		}
+		if token <= ls.Token() {
+			t.Fatalf("waiter's token %d not above %d", token, ls.Token())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("waiter not woken")
+	}
+}
+
+// Close ends every goroutine the backend started: node calls, notice pumps,
+// pub/sub readers.
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	srvs := testserver.RedisN(t, 3)
+	ctx := t.Context()
+	before := runtime.NumGoroutine()
+	a, b := newLocker(t, srvs), newLocker(t, srvs)
+	ls, err := a.TryAcquire(ctx, "leak", distlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = b.Acquire(wctx, "leak") // waits (subscribed) until ctx ends
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("waiter: %v", err)
+	}
+	_ = ls.Release(ctx)
+	_ = a.Close()
+	_ = b.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines before, %d after Close:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
