@@ -29,6 +29,7 @@ type Lease struct {
 	onEnd    []func()
 	done     chan struct{}
 	kick     chan struct{} // the deadline moved; the keeper re-arms its timer
+	expiry   *time.Timer   // ends a lease that has no keeper goroutine
 }
 
 // Key returns the locked key.
@@ -132,6 +133,9 @@ func (ls *Lease) refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	ls.mu.Lock()
 	ls.ttl, ls.deadline = ttl, deadline
+	if ls.expiry != nil {
+		ls.expiry.Reset(time.Until(deadline))
+	}
 	ls.mu.Unlock()
 	select {
 	case ls.kick <- struct{}{}:
@@ -192,6 +196,26 @@ func (ls *Lease) closeOut(ctx context.Context) {
 	ls.finish(fmt.Errorf("%w: lease on %q ended by Close", ErrClosed, ls.Key()))
 }
 
+// expired is the timer of a lease without a keeper goroutine.
+func (ls *Lease) expired() {
+	ls.mu.Lock()
+	if ls.end != nil {
+		ls.mu.Unlock()
+		return
+	}
+	if left := time.Until(ls.deadline); left > 0 {
+		ls.expiry.Reset(left) // refreshed since the timer was set
+		ls.mu.Unlock()
+		return
+	}
+	ls.mu.Unlock()
+	ls.lost("its validity ran out without a successful refresh")
+	if ls.l.enter() == nil { // Close waits for the give-back
+		defer ls.l.wg.Done()
+		ls.giveBack()
+	}
+}
+
 // giveBack releases, owner-checked and best effort, a lock whose lease the
 // local clock has ended: the server may still hold it for us (a session-
 // bound lock would until the session ends), and nobody else can use it
@@ -224,6 +248,9 @@ func (ls *Lease) finish(end error) bool {
 	}
 	ls.end = end
 	close(ls.done)
+	if ls.expiry != nil {
+		ls.expiry.Stop()
+	}
 	fns := ls.onEnd
 	ls.onEnd = nil
 	ls.mu.Unlock()

@@ -309,9 +309,18 @@ func (l *locker) newLease(req Request, g Grant, start time.Time, o *Options, ren
 		return nil, fmt.Errorf("%w: acquiring %q", ErrClosed, req.Key)
 	}
 	l.leases[ls] = struct{}{}
-	l.wg.Add(1)
+	if renew || g.Lost != nil {
+		l.wg.Add(1)
+		l.mu.Unlock()
+		go ls.keep(renew)
+		return ls, nil
+	}
+	// Nothing to renew or watch: a timer ends the lease at its deadline,
+	// sparing the goroutine (and its wake-ups) on the hot path.
+	ls.mu.Lock() // the timer may fire before AfterFunc returns
+	ls.expiry = time.AfterFunc(time.Until(ls.deadline), ls.expired)
+	ls.mu.Unlock()
 	l.mu.Unlock()
-	go ls.keep(renew)
 	return ls, nil
 }
 
