@@ -62,6 +62,7 @@ type HeldError struct {
 	RetryAfter time.Duration
 }
 
+// Error says the key is held and, when known, for how long yet.
 func (e *HeldError) Error() string {
 	if e.RetryAfter > 0 {
 		return fmt.Sprintf("distlock: key %q is held (expires in %v)", e.Key, e.RetryAfter)

@@ -76,14 +76,17 @@ type CaseError struct {
 	Err        error
 }
 
+// Error names the case, what went wrong and the rule.
 func (e *CaseError) Error() string {
 	return fmt.Sprintf("%s: %v\n\trule: %s", e.Case, e.Err, e.Rule)
 }
+// Unwrap returns what went wrong.
 func (e *CaseError) Unwrap() error { return e.Err }
 
 // SkipError says why a case did not run.
 type SkipError struct{ Case, Reason string }
 
+// Error names the case and why it was skipped.
 func (e *SkipError) Error() string { return e.Case + " skipped: " + e.Reason }
 
 // Cases returns the suite's cases in order.

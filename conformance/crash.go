@@ -55,6 +55,7 @@ func (c crashableBlocker) Lock(ctx context.Context, req distlock.Request) (distl
 // Crash makes every later call fail.
 func (c *Crashable) Crash() { c.crashed.Store(true) }
 
+// TryLock fails with ErrCrashed after Crash, else forwards.
 func (c *Crashable) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
 	if c.crashed.Load() {
 		return distlock.Grant{}, ErrCrashed
@@ -62,6 +63,7 @@ func (c *Crashable) TryLock(ctx context.Context, req distlock.Request) (distlock
 	return c.Backend.TryLock(ctx, req)
 }
 
+// Refresh fails with ErrCrashed after Crash, else forwards.
 func (c *Crashable) Refresh(ctx context.Context, g distlock.Grant, ttl time.Duration) (time.Duration, error) {
 	if c.crashed.Load() {
 		return 0, ErrCrashed
@@ -69,6 +71,7 @@ func (c *Crashable) Refresh(ctx context.Context, g distlock.Grant, ttl time.Dura
 	return c.Backend.Refresh(ctx, g, ttl)
 }
 
+// Unlock fails with ErrCrashed after Crash, else forwards.
 func (c *Crashable) Unlock(ctx context.Context, g distlock.Grant) error {
 	if c.crashed.Load() {
 		return ErrCrashed
