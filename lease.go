@@ -247,7 +247,6 @@ func (ls *Lease) finish(end error) bool {
 		return false
 	}
 	ls.end = end
-	close(ls.done)
 	if ls.expiry != nil {
 		ls.expiry.Stop()
 	}
@@ -256,15 +255,18 @@ func (ls *Lease) finish(end error) bool {
 	ls.mu.Unlock()
 
 	ls.l.forget(ls)
-	for _, f := range fns {
-		f()
-	}
+	// Log and observe before Done closes, so whoever wakes on Done finds
+	// the event already recorded.
 	held := now().Sub(ls.acquired)
 	if errors.Is(end, ErrLeaseLost) {
 		ls.l.log(slog.LevelWarn, "lease lost", ls.Key(), end)
 		ls.l.observe(context.Background(), Event{Kind: EventLost, Key: ls.Key(), Token: ls.Token(), Duration: held, Err: end})
 	} else {
 		ls.l.observe(context.Background(), Event{Kind: EventReleased, Key: ls.Key(), Token: ls.Token(), Duration: held})
+	}
+	close(ls.done)
+	for _, f := range fns {
+		f()
 	}
 	return true
 }
