@@ -18,9 +18,10 @@ type Lease struct {
 	o        Options
 	acquired time.Time
 
-	// callMu serialises the lease's round trips (refresh, release) so that
-	// deadlines move in the order the server saw them.
-	callMu sync.Mutex
+	// call is a one-slot semaphore serialising the lease's round trips
+	// (refresh, release) so deadlines move in the order the server saw
+	// them; unlike a mutex, waiting for it respects a context.
+	call chan struct{}
 
 	mu       sync.Mutex
 	ttl      time.Duration
@@ -102,36 +103,46 @@ func (ls *Lease) Refresh(ctx context.Context, opts ...Option) error {
 }
 
 func (ls *Lease) refresh(ctx context.Context, ttl time.Duration) error {
-	ls.callMu.Lock()
-	defer ls.callMu.Unlock()
+	if end := ls.Err(); end != nil {
+		return notHeld(ls.Key(), end)
+	}
+	// A refresh confirmed after the deadline is worthless: bound the wait
+	// and the round trip by it, so a stalled server or a stuck caller cannot
+	// keep the lease looking held.
+	ctx, cancel := context.WithDeadline(ctx, ls.Expires())
+	defer cancel()
+	if err := ls.lockCall(ctx); err != nil {
+		return ls.refreshFailed(ctx, err)
+	}
+	defer ls.unlockCall()
 	if end := ls.Err(); end != nil {
 		return notHeld(ls.Key(), end)
 	}
 	start := now()
 	if !start.Before(ls.Expires()) {
 		// Too late: another holder may already have the key.
-		lost := ls.lost("its validity ran out before the refresh")
-		return notHeld(ls.Key(), lost)
+		return notHeld(ls.Key(), ls.lost("its validity ran out before the refresh"))
 	}
 	validity, err := ls.l.b.Refresh(ctx, ls.grant, ttl)
 	if err != nil {
 		if errors.Is(err, ErrNotHeld) {
-			lost := ls.lost("the server no longer has it as ours: " + err.Error())
-			return notHeld(ls.Key(), lost)
+			return notHeld(ls.Key(), ls.lostOnServer("the server no longer has it as ours: "+err.Error()))
 		}
-		err = fmt.Errorf("distlock: %s: refresh %q: %w", ls.l.name, ls.Key(), err)
-		ls.l.observe(ctx, Event{Kind: EventRefreshFailed, Key: ls.Key(), Token: ls.Token(), Err: err})
-		return err
+		return ls.refreshFailed(ctx, err)
 	}
 	if validity <= 0 {
 		validity = ttl
 	}
 	deadline := start.Add(validity - ls.o.drift(ttl))
 	if !now().Before(deadline) {
-		lost := ls.lost("the refresh was confirmed after its own deadline")
-		return notHeld(ls.Key(), lost)
+		return notHeld(ls.Key(), ls.lost("the refresh was confirmed after its own deadline"))
 	}
 	ls.mu.Lock()
+	if ls.end != nil { // the deadline passed while the refresh was in flight
+		end := ls.end
+		ls.mu.Unlock()
+		return notHeld(ls.Key(), end)
+	}
 	ls.ttl, ls.deadline = ttl, deadline
 	if ls.expiry != nil {
 		ls.expiry.Reset(time.Until(deadline))
@@ -144,6 +155,31 @@ func (ls *Lease) refresh(ctx context.Context, ttl time.Duration) error {
 	ls.l.observe(ctx, Event{Kind: EventRefreshed, Key: ls.Key(), Token: ls.Token(), Duration: now().Sub(start)})
 	return nil
 }
+
+// refreshFailed reports a refresh that did not get an answer: the lease is
+// lost if its deadline has passed meanwhile, else still held.
+func (ls *Lease) refreshFailed(ctx context.Context, err error) error {
+	if end := ls.Err(); end != nil {
+		return notHeld(ls.Key(), end)
+	}
+	if !now().Before(ls.Expires()) {
+		return notHeld(ls.Key(), ls.lost("its validity ran out while refreshing: "+err.Error()))
+	}
+	err = fmt.Errorf("distlock: %s: refresh %q: %w", ls.l.name, ls.Key(), err)
+	ls.l.observe(ctx, Event{Kind: EventRefreshFailed, Key: ls.Key(), Token: ls.Token(), Err: err})
+	return err
+}
+
+func (ls *Lease) lockCall(ctx context.Context) error {
+	select {
+	case ls.call <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (ls *Lease) unlockCall() { <-ls.call }
 
 // Release gives the lock up, only if it is still ours on the server. It
 // returns an error matching ErrNotHeld if the lease had already ended (and
@@ -160,12 +196,14 @@ func (ls *Lease) Release(ctx context.Context) error {
 	ctx, done := ls.l.bind(ctx)
 	defer done()
 
-	ls.callMu.Lock()
-	defer ls.callMu.Unlock()
+	if err := ls.lockCall(ctx); err != nil {
+		return fmt.Errorf("distlock: %s: release %q: %w", ls.l.name, ls.Key(), err)
+	}
+	defer ls.unlockCall()
 	if end := ls.Err(); end != nil {
 		if errors.Is(end, ErrLeaseLost) {
 			// Lost by the local clock, maybe still ours on the server:
-			// free it now rather than at the server's expiry.
+			// free it now (owner-checked) rather than at its expiry.
 			_ = ls.l.b.Unlock(ctx, ls.grant)
 		}
 		return notHeld(ls.Key(), end)
@@ -173,10 +211,12 @@ func (ls *Lease) Release(ctx context.Context) error {
 	err := ls.l.b.Unlock(ctx, ls.grant)
 	switch {
 	case err == nil:
-		ls.finish(ErrReleased)
+		if !ls.finish(ErrReleased) { // the deadline passed during the call
+			return notHeld(ls.Key(), ls.Err())
+		}
 		return nil
 	case errors.Is(err, ErrNotHeld):
-		lost := ls.lost("the server no longer had it as ours at release: " + err.Error())
+		lost := ls.lostOnServer("the server no longer had it as ours at release: " + err.Error())
 		return notHeld(ls.Key(), lost)
 	default:
 		return fmt.Errorf("distlock: %s: release %q: %w", ls.l.name, ls.Key(), err)
@@ -185,8 +225,11 @@ func (ls *Lease) Release(ctx context.Context) error {
 
 // closeOut is Close's release: best effort, then the lease ends ErrClosed.
 func (ls *Lease) closeOut(ctx context.Context) {
-	ls.callMu.Lock()
-	defer ls.callMu.Unlock()
+	if ls.lockCall(ctx) != nil {
+		ls.finish(fmt.Errorf("%w: lease on %q ended by Close (not released: busy)", ErrClosed, ls.Key()))
+		return
+	}
+	defer ls.unlockCall()
 	if ls.Err() != nil {
 		return
 	}
@@ -210,10 +253,6 @@ func (ls *Lease) expired() {
 	}
 	ls.mu.Unlock()
 	ls.lost("its validity ran out without a successful refresh")
-	if ls.l.enter() == nil { // Close waits for the give-back
-		defer ls.l.wg.Done()
-		ls.giveBack()
-	}
 }
 
 // giveBack releases, owner-checked and best effort, a lock whose lease the
@@ -221,22 +260,43 @@ func (ls *Lease) expired() {
 // bound lock would until the session ends), and nobody else can use it
 // until it is freed. Close interrupts it.
 func (ls *Lease) giveBack() {
-	ls.callMu.Lock()
-	defer ls.callMu.Unlock()
 	ctx, cancel := context.WithTimeout(ls.l.life, ls.o.ReleaseTimeout)
 	defer cancel()
+	if ls.lockCall(ctx) != nil {
+		return
+	}
+	defer ls.unlockCall()
 	if err := ls.l.b.Unlock(ctx, ls.grant); err != nil && !errors.Is(err, ErrNotHeld) {
-		ls.l.log(slog.LevelDebug, "giving back an expired lease failed; the server frees it", ls.Key(), err)
+		ls.l.log(slog.LevelDebug, "giving back a lost lease failed; the server frees it", ls.Key(), err)
 	}
 }
 
-// lost ends the lease as lost and returns the loss error.
+// lost ends the lease as lost and gives its lock back in the background
+// (the caller may hold the call semaphore); it returns the loss error.
 func (ls *Lease) lost(why string) error {
-	err := fmt.Errorf("%w: %q (token %d): %s", ErrLeaseLost, ls.Key(), ls.Token(), why)
-	if !ls.finish(err) {
-		return ls.Err()
+	err, ended := ls.end_(why)
+	if ended && ls.l.enter() == nil { // Close waits for the give-back
+		go func() {
+			defer ls.l.wg.Done()
+			ls.giveBack()
+		}()
 	}
 	return err
+}
+
+// lostOnServer ends the lease as lost when the server says the lock is no
+// longer ours: there is nothing to give back.
+func (ls *Lease) lostOnServer(why string) error {
+	err, _ := ls.end_(why)
+	return err
+}
+
+func (ls *Lease) end_(why string) (error, bool) {
+	err := fmt.Errorf("%w: %q (token %d): %s", ErrLeaseLost, ls.Key(), ls.Token(), why)
+	if !ls.finish(err) {
+		return ls.Err(), false
+	}
+	return err, true
 }
 
 // finish ends the lease once; it reports whether this call ended it.
@@ -283,6 +343,13 @@ func (ls *Lease) afterEnd(f func()) {
 	f()
 }
 
+// nextRenew is when to refresh next: every RenewInterval (TTL/3 by
+// default), but never later than halfway to the deadline, so a validity
+// shorter than the interval (Redlock, a late grant) is still renewed.
+func (ls *Lease) nextRenew() time.Duration {
+	return max(min(ls.o.renewEvery(ls.TTL()), time.Until(ls.Expires())/2), time.Millisecond)
+}
+
 // keep is the lease's one background goroutine. It ends the lease when the
 // local deadline passes or the backend reports the lock gone, and, when
 // renewing, refreshes every interval — sooner after a failed refresh, so a
@@ -294,7 +361,7 @@ func (ls *Lease) keep(renew bool) {
 	var renewC <-chan time.Time
 	var renewT *time.Timer
 	if renew {
-		renewT = time.NewTimer(ls.o.renewEvery(ls.TTL()))
+		renewT = time.NewTimer(ls.nextRenew())
 		defer renewT.Stop()
 		renewC = renewT.C
 	}
@@ -313,7 +380,6 @@ func (ls *Lease) keep(renew bool) {
 				continue
 			}
 			ls.lost("its validity ran out without a successful refresh")
-			ls.giveBack()
 			return
 		case <-renewC:
 			ctx, cancel := context.WithDeadline(ls.l.life, ls.Expires())
@@ -322,7 +388,7 @@ func (ls *Lease) keep(renew bool) {
 			if ls.Err() != nil {
 				return
 			}
-			next := ls.o.renewEvery(ls.TTL())
+			next := ls.nextRenew()
 			if err != nil {
 				ls.l.log(slog.LevelWarn, "refresh failed; retrying", ls.Key(), err)
 				next = min(next/4+jitter(next/4), max(time.Until(ls.Expires())/2, time.Millisecond))

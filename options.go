@@ -136,8 +136,8 @@ func WithDrift(factor float64, min time.Duration) Option {
 // On notifying backends the cap also bounds the fallback poll.
 func WithBackoff(min, max time.Duration) Option {
 	return func(o *Options) {
-		if min <= 0 || max < min {
-			o.invalid("back-off %v..%v: need 0 < min <= max", min, max)
+		if min <= 0 || max < min || max > time.Hour {
+			o.invalid("back-off %v..%v: need 0 < min <= max <= 1h", min, max)
 			return
 		}
 		o.BackoffMin, o.BackoffMax = min, max

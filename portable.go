@@ -88,6 +88,9 @@ func (l *locker) Do(ctx context.Context, key string, fn func(context.Context, *L
 		case lost != nil:
 			err = errors.Join(err, lost)
 		case rerr != nil:
+			// Stop renewing a lock we could not release; the server
+			// frees it at its TTL (the give-back tries once more).
+			lease.lost("Do could not release it: " + rerr.Error())
 			err = errors.Join(err, rerr)
 		}
 	}()
@@ -126,6 +129,9 @@ func (l *locker) acquire(ctx context.Context, key string, opts []Option, wait, r
 	}
 	if err := validateTTL(o.TTL); err != nil {
 		return nil, err
+	}
+	if o.TTL <= o.drift(o.TTL) {
+		return nil, fmt.Errorf("%w: %v is not above the clock-drift allowance %v", ErrInvalidTTL, o.TTL, o.drift(o.TTL))
 	}
 	if err := l.enter(); err != nil {
 		return nil, err
@@ -263,8 +269,8 @@ func fallbackPoll(o *Options, remaining time.Duration) time.Duration {
 // [min, min(max, min·2^attempt)].
 func backoff(o *Options, attempt int) time.Duration {
 	ceil := o.BackoffMax
-	if attempt < 30 {
-		ceil = min(o.BackoffMax, o.BackoffMin<<attempt)
+	if attempt < 62 && o.BackoffMin <= o.BackoffMax>>attempt { // no overflow
+		ceil = o.BackoffMin << attempt
 	}
 	return o.BackoffMin + jitter(ceil-o.BackoffMin)
 }
@@ -298,14 +304,23 @@ func (l *locker) newLease(req Request, g Grant, start time.Time, o *Options, ren
 		deadline: start.Add(validity - o.drift(req.TTL)),
 		done:     make(chan struct{}),
 		kick:     make(chan struct{}, 1),
+		call:     make(chan struct{}, 1),
+	}
+	giveBack := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), o.ReleaseTimeout)
+		defer cancel()
+		_ = l.b.Unlock(ctx, g)
+	}
+	if !now().Before(ls.deadline) {
+		// Confirmed after its validity ran out (a long pause, a slow
+		// quorum): it may already be someone else's.
+		giveBack()
+		return nil, fmt.Errorf("%w: %q was confirmed after its validity ran out", ErrNotAcquired, req.Key)
 	}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		// Close began while we were acquiring: give the lock straight back.
-		ctx, cancel := context.WithTimeout(context.Background(), o.ReleaseTimeout)
-		defer cancel()
-		_ = l.b.Unlock(ctx, g)
+		giveBack() // Close began while we were acquiring
 		return nil, fmt.Errorf("%w: acquiring %q", ErrClosed, req.Key)
 	}
 	l.leases[ls] = struct{}{}

@@ -127,7 +127,11 @@ func (c Case) Check(ctx context.Context, h Harness) (err error) {
 	if h.NewLocker == nil {
 		return &CaseError{Case: c.Name, Rule: c.Rule, Err: errors.New("harness has no NewLocker")}
 	}
-	e := &env{ctx: ctx, h: h.withDefaults(), name: c.Name, prefix: c.Name + "-" + randomID() + "/"}
+	h = h.withDefaults()
+	// A case that outlives this has hung: fail it rather than the run.
+	ctx, cancel := context.WithTimeout(ctx, max(2*time.Minute, 20*(3*h.TTL+5*time.Second)))
+	defer cancel()
+	e := &env{ctx: ctx, h: h, name: c.Name, prefix: c.Name + "-" + randomID() + "/"}
 	defer e.cleanup()
 	defer func() {
 		switch r := recover().(type) {
