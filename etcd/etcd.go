@@ -9,11 +9,13 @@
 // owner of K is the key with the lowest CreateRevision under prefix/K/; the
 // fencing token is that CreateRevision, a cluster-wide revision, so tokens
 // strictly increase across holders of K and across restarts and leader
-// changes. A waiter watches only its predecessor, from the revision after the
-// one it read, so its watch is synced at once and hears the release without
-// waiting for etcd's 100 ms catch-up loop (if the store moved on before the
-// watch was made, one re-read covers the gap); waiters acquire in the order
-// their keys were created (FIFO). A waiter whose context ends deletes its key.
+// changes. A waiter watches only its predecessor, from the store's current
+// revision, so that etcd delivers the release at once instead of from its
+// 100 ms catch-up loop (which serves watches that start in the past); one to
+// three re-reads of the queue in the watch's first 60 ms cover the revisions
+// between the waiter's read and its watch, and a write that races the
+// watch's creation. Waiters acquire in the order their keys were created
+// (FIFO). A waiter whose context ends deletes its key.
 // TryAcquire creates its key only if nothing (holder or waiter) is queued, so
 // it never jumps the queue and leaves nothing behind when K is held.
 // Release deletes the key only if its CreateRevision still matches.
@@ -109,6 +111,11 @@ const (
 	// connection is failing.
 	retryPause = 100 * time.Millisecond
 )
+
+// syncChecks are when, after its watch is made, a waiter re-reads the queue
+// in case etcd left that watch to its 100 ms catch-up loop (see follow): the
+// first always, the others only while the store keeps moving.
+var syncChecks = []time.Duration{5 * time.Millisecond, 25 * time.Millisecond, 60 * time.Millisecond}
 
 type prefixKey struct{}
 type lossWatchKey struct{}
@@ -609,7 +616,50 @@ func (b *backend) wait(ctx context.Context, req distlock.Request, q, me string, 
 func (b *backend) follow(ctx context.Context, q, me string, rev int64, l *lease, pos position, ka *time.Timer) (position, time.Time, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := b.cli.Watch(wctx, pos.pred, clientv3.WithRev(pos.from), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	// Watch from the store's current revision, not from pos.from: etcd
+	// serves a watch that starts in the past from its catch-up loop, which
+	// runs every 100 ms, while one that starts now hears a change at once.
+	// The Created header says where it starts; a re-read covers the gap.
+	wch := b.cli.Watch(wctx, pos.pred, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	var (
+		created time.Time // when the watch was confirmed
+		hdr     int64     // it hears every revision after hdr
+		checks  int       // re-reads made since
+	)
+	check := time.NewTimer(time.Hour)
+	check.Stop()
+	defer check.Stop()
+	// recheck re-reads the queue once the watch exists: a predecessor still
+	// there then is deleted later, at a revision the watch hears. done means
+	// the position changed (or the read failed) and follow must return.
+	//
+	// etcd reads the header's revision before it registers a watch, so a
+	// write landing in between leaves the watch in the catch-up loop while
+	// its header claims it is current. A read at revision hdr proves that
+	// did not happen; while reads show later revisions, a few more, spread
+	// over the loop's 100 ms, bound the delay a raced watch could cause.
+	recheck := func() (next position, start time.Time, done bool, err error) {
+		checks++
+		start = time.Now()
+		next, err = b.position(ctx, q, me, rev)
+		switch {
+		case errors.Is(err, errKeyGone):
+			return position{}, time.Time{}, true, err
+		case err != nil:
+			// The gap may not be covered: read until it is.
+			next, start, err = b.reposition(ctx, q, me, rev)
+			return next, start, true, err
+		case next.owner || next.pred != pos.pred:
+			return next, start, true, nil
+		}
+		// A waiter predecessor may have become the owner meanwhile: then
+		// its deletion makes us the owner, with no re-read.
+		pos.predIsOwner = next.predIsOwner
+		if next.from-1 > hdr && checks < len(syncChecks) {
+			check.Reset(time.Until(created.Add(syncChecks[checks])))
+		}
+		return position{}, time.Time{}, false, nil
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -619,19 +669,16 @@ func (b *backend) follow(ctx context.Context, q, me string, rev int64, l *lease,
 				// Broken (ctx, compaction, no leader…): re-read the queue.
 				return b.reposition(ctx, q, me, rev)
 			}
-			if wr.Created && wr.Header.Revision >= pos.from {
-				// The store moved on before the watch was made, so etcd
-				// serves it from its catch-up loop (every 100 ms): check
-				// once whether the predecessor is already gone.
-				start := time.Now()
-				next, err := b.position(ctx, q, me, rev)
-				switch {
-				case errors.Is(err, errKeyGone):
-					return position{}, time.Time{}, err
-				case err == nil && (next.owner || next.pred != pos.pred):
-					return next, start, nil
+			if wr.Created {
+				created, hdr = time.Now(), wr.Header.Revision
+				if hdr >= pos.from {
+					// The store moved on since we read the queue.
+					if next, start, done, err := recheck(); done {
+						return next, start, err
+					}
+				} else {
+					check.Reset(syncChecks[0])
 				}
-				continue // still there (or the check failed): the watch will tell
 			}
 			for _, ev := range wr.Events {
 				if ev.Type != mvccpb.DELETE {
@@ -642,6 +689,10 @@ func (b *backend) follow(ctx context.Context, q, me string, rev int64, l *lease,
 					return position{owner: true, from: ev.Kv.ModRevision + 1}, time.Now(), nil
 				}
 				return b.reposition(ctx, q, me, rev) // a waiter left: find the next one
+			}
+		case <-check.C:
+			if next, start, done, err := recheck(); done {
+				return next, start, err
 			}
 		case <-ka.C:
 			period := l.period()
