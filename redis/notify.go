@@ -20,12 +20,20 @@ import (
 // channel so a channel is subscribed while anyone waits on it.
 //
 // Subscribe itself sends nothing: an uncontended Acquire, which subscribes
-// before its first attempt, costs no extra round trip. The first Wait sends
+// before its first attempt, costs no extra round trip. The first Wait queues
 // SUBSCRIBE followed by a PING on the same connection; the PONG proves the
 // subscription is active, and Wait then returns once without a notice so the
 // caller tries again — covering a release that happened before the
 // subscription was active. A Subscription created after that sees every
 // later notice; one that arrives before Wait is kept for it.
+//
+// No call does network I/O under the Notifier's lock: one writer goroutine
+// sends the queued SUBSCRIBE, PING and UNSUBSCRIBE commands in order, so a
+// slow or paused server delays only the waiters of the channels involved,
+// each bounded by its own ctx. The reader PINGs a connection that has been
+// silent for a while and, when no reply follows, drops and reopens it: a
+// half-open connection still accepts writes, so only a missing reply shows
+// it is dead.
 //
 // A Notifier implements distlock.Notifier. The backend makes its own; the
 // Redlock backend may make one per node with NewNotifier.
@@ -33,14 +41,21 @@ type Notifier struct {
 	client goredis.UniversalClient
 	prefix string
 
+	// healthEvery is how long the reader waits on a silent connection
+	// before it PINGs; pongWait is how long it then waits for any reply
+	// before it drops the connection as dead.
+	healthEvery, pongWait time.Duration
+
 	life context.Context
 	stop context.CancelFunc
 
 	mu       sync.Mutex
 	ps       *goredis.PubSub // nil until the first Wait
-	done     chan struct{}   // closed when the reader goroutine exits
+	wg       sync.WaitGroup  // the reader and the writer
 	chans    map[string]*channel
-	barriers map[string]*channel // PING payload → channel it confirms
+	barriers map[string][]op // PING payload → subscriptions it confirms
+	queue    []op            // commands for the writer, in order
+	kick     chan struct{}   // wakes the writer; holds at most one token
 	seq      uint64
 	closed   bool
 }
@@ -49,25 +64,49 @@ type Notifier struct {
 type channel struct {
 	name       string
 	subs       map[*subscription]struct{}
-	subscribed bool          // SUBSCRIBE written on the current connection
-	active     bool          // confirmed by a PONG after the SUBSCRIBE
-	activeC    chan struct{} // closed when active becomes true
+	queued     bool     // a SUBSCRIBE was ever queued: the last Close unsubscribes
+	subscribed bool     // SUBSCRIBE queued or written on the current connection
+	active     bool     // confirmed by a PONG after the SUBSCRIBE
+	attempt    *attempt // the current try at becoming active
 }
 
-// healthEvery is how long the reader waits on a silent connection before it
-// PINGs, so a dead connection is noticed and re-established.
-const healthEvery = 30 * time.Second
+// attempt is one try at making a channel active. done is closed when a PONG
+// confirms it, when its write fails (err is set), or when the connection is
+// lost; a lost connection also replaces the channel's attempt.
+type attempt struct {
+	done chan struct{}
+	err  error // guarded by Notifier.mu; set before done is closed
+}
 
-// unsubscribeTimeout bounds the UNSUBSCRIBE that Subscription.Close writes.
-const unsubscribeTimeout = time.Second
+func newAttempt() *attempt { return &attempt{done: make(chan struct{})} }
+
+// op is one command for the writer: SUBSCRIBE (with a PING barrier) or
+// UNSUBSCRIBE of ch.
+type op struct {
+	unsubscribe bool
+	ch          *channel
+	a           *attempt // the attempt a SUBSCRIBE serves
+}
+
+// Default health-check timing; see Notifier.healthEvery.
+const (
+	defaultHealthEvery = 30 * time.Second
+	defaultPongWait    = 10 * time.Second
+)
 
 // NewNotifier returns a Notifier for locks under prefix on client. It does
 // not connect until the first Wait.
 func NewNotifier(client goredis.UniversalClient, prefix string) *Notifier {
+	return newNotifier(client, prefix, defaultHealthEvery, defaultPongWait)
+}
+
+func newNotifier(client goredis.UniversalClient, prefix string, healthEvery, pongWait time.Duration) *Notifier {
 	life, stop := context.WithCancel(context.Background())
 	return &Notifier{
-		client: client, prefix: prefix, life: life, stop: stop,
-		chans: map[string]*channel{}, barriers: map[string]*channel{},
+		client: client, prefix: prefix, healthEvery: healthEvery, pongWait: pongWait,
+		life: life, stop: stop,
+		chans: map[string]*channel{}, barriers: map[string][]op{},
+		kick: make(chan struct{}, 1),
 	}
 }
 
@@ -85,7 +124,7 @@ func (n *Notifier) Subscribe(ctx context.Context, key string) (distlock.Subscrip
 	}
 	ch := n.chans[name]
 	if ch == nil {
-		ch = &channel{name: name, subs: map[*subscription]struct{}{}, activeC: make(chan struct{})}
+		ch = &channel{name: name, subs: map[*subscription]struct{}{}, attempt: newAttempt()}
 		n.chans[name] = ch
 	}
 	s := &subscription{n: n, ch: ch, notice: make(chan struct{}, 1), ready: ch.active}
@@ -93,8 +132,8 @@ func (n *Notifier) Subscribe(ctx context.Context, key string) (distlock.Subscrip
 	return s, nil
 }
 
-// Close stops the reader and closes the pub/sub connection. Subscriptions
-// still open return ErrClosed from Wait.
+// Close stops the reader and the writer and closes the pub/sub connection.
+// Subscriptions still open return ErrClosed from Wait.
 func (n *Notifier) Close() error {
 	n.mu.Lock()
 	if n.closed {
@@ -103,63 +142,138 @@ func (n *Notifier) Close() error {
 	}
 	n.closed = true
 	n.stop()
-	ps, done := n.ps, n.done
+	ps := n.ps
+	n.queue = nil
 	n.mu.Unlock()
 	if ps == nil {
 		return nil
 	}
-	err := ps.Close() // unblocks the reader's read
-	<-done
+	err := ps.Close() // unblocks the reader's read and the writer's write
+	n.wg.Wait()
 	if errors.Is(err, goredis.ErrClosed) {
 		err = nil
 	}
 	return err
 }
 
-// startLocked opens the pub/sub connection lazily and starts its reader.
-func (n *Notifier) startLocked() {
-	if n.ps != nil {
+// enqueueLocked hands o to the writer, opening the pub/sub connection and
+// starting the reader and writer at the first call. It never blocks.
+func (n *Notifier) enqueueLocked(o op) {
+	if n.ps == nil {
+		n.ps = n.client.Subscribe(n.life) // no channels: connects on first use
+		n.wg.Add(2)
+		go n.read(n.ps)
+		go n.write(n.ps)
+	}
+	n.queue = append(n.queue, o)
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// write sends queued commands in queue order until Close. Runs of
+// SUBSCRIBEs go out as one command followed by one PING barrier.
+func (n *Notifier) write(ps *goredis.PubSub) {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.life.Done():
+			return
+		case <-n.kick:
+		}
+		n.mu.Lock()
+		ops := n.queue
+		n.queue = nil
+		n.mu.Unlock()
+		for len(ops) > 0 && n.life.Err() == nil {
+			j := 1
+			for j < len(ops) && ops[j].unsubscribe == ops[0].unsubscribe {
+				j++
+			}
+			n.send(ps, ops[:j])
+			ops = ops[j:]
+		}
+	}
+}
+
+// send writes one run of ops of the same kind.
+func (n *Notifier) send(ps *goredis.PubSub, ops []op) {
+	names := make([]string, len(ops))
+	for i, o := range ops {
+		names[i] = o.ch.name
+	}
+	if ops[0].unsubscribe {
+		// go-redis forgets the channels even if the write fails, so a
+		// reconnect does not subscribe them again.
+		_ = ps.Unsubscribe(n.life, names...)
 		return
 	}
-	n.ps = n.client.Subscribe(n.life) // no channels: connects on first use
-	n.done = make(chan struct{})
-	go n.read(n.ps, n.done)
-}
-
-// subscribeLocked writes SUBSCRIBE and a PING barrier for ch.
-func (n *Notifier) subscribeLocked(ctx context.Context, ch *channel) error {
-	n.startLocked()
-	if err := n.ps.Subscribe(ctx, ch.name); err != nil {
-		return fmt.Errorf("redis notifier: subscribe: %w", err)
+	if err := ps.Subscribe(n.life, names...); err != nil {
+		n.failed(ops, fmt.Errorf("redis notifier: subscribe: %w", err))
+		return
 	}
+	n.mu.Lock()
 	n.seq++
 	id := "distlock-" + strconv.FormatUint(n.seq, 36)
-	n.barriers[id] = ch
-	if err := n.ps.Ping(ctx, id); err != nil {
+	n.barriers[id] = ops
+	n.mu.Unlock()
+	if err := ps.Ping(n.life, id); err != nil {
+		n.mu.Lock()
 		delete(n.barriers, id)
-		return fmt.Errorf("redis notifier: ping: %w", err)
+		n.mu.Unlock()
+		n.failed(ops, fmt.Errorf("redis notifier: ping: %w", err))
 	}
-	ch.subscribed = true
-	return nil
 }
 
-// read is the one goroutine of a Notifier: it dispatches messages until
-// Close. go-redis reconnects and resubscribes by itself after an error; the
-// reader wakes every waiter then, since notices may have been lost.
-func (n *Notifier) read(ps *goredis.PubSub, done chan struct{}) {
-	defer close(done)
+// failed ends the still-current attempts of ops with err, so their waiters
+// fall back to polling instead of waiting for a PONG that will not come.
+func (n *Notifier) failed(ops []op, err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, o := range ops {
+		ch := o.ch
+		if ch.attempt != o.a || ch.active {
+			continue
+		}
+		o.a.err = err
+		close(o.a.done)
+		ch.subscribed = false
+		ch.attempt = newAttempt()
+	}
+}
+
+// read dispatches messages until Close. go-redis reconnects and
+// resubscribes by itself after an error; the reader wakes every waiter then,
+// since notices may have been lost.
+func (n *Notifier) read(ps *goredis.PubSub) {
+	defer n.wg.Done()
 	pause := 10 * time.Millisecond
+	pinged := false // a health PING is unanswered
 	for {
-		msg, err := ps.ReceiveTimeout(n.life, healthEvery)
+		var msg any
+		var err error
+		if !pinged {
+			msg, err = ps.ReceiveTimeout(n.life, n.healthEvery)
+		} else {
+			// Receive with a ctx deadline rather than a timeout: go-redis
+			// then treats a timeout as a bad connection and reconnects.
+			ctx, cancel := context.WithTimeout(n.life, n.pongWait)
+			msg, err = ps.Receive(ctx)
+			cancel()
+		}
 		if n.life.Err() != nil {
 			return
 		}
 		if err != nil {
 			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				_ = ps.Ping(n.life) // a write on a dead connection fails and makes go-redis reconnect
+			if !pinged && errors.As(err, &ne) && ne.Timeout() {
+				// Silent for healthEvery: only a reply proves the connection
+				// is alive, since writes to a half-open one succeed.
+				pinged = ps.Ping(n.life, "distlock-health") == nil
 				continue
 			}
+			pinged = false
 			n.connectionLost()
 			// Back off so a down server does not make this loop spin.
 			select {
@@ -170,6 +284,7 @@ func (n *Notifier) read(ps *goredis.PubSub, done chan struct{}) {
 			pause = min(2*pause, time.Second)
 			continue
 		}
+		pinged = false
 		pause = 10 * time.Millisecond
 		switch m := msg.(type) {
 		case *goredis.Message:
@@ -193,11 +308,14 @@ func (n *Notifier) notify(name string) {
 func (n *Notifier) confirm(id string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	ch := n.barriers[id]
+	ops := n.barriers[id]
 	delete(n.barriers, id)
-	if ch != nil && ch.subscribed && !ch.active && n.chans[ch.name] == ch {
-		ch.active = true
-		close(ch.activeC)
+	for _, o := range ops {
+		ch := o.ch
+		if ch.attempt == o.a && ch.subscribed && !ch.active && n.chans[ch.name] == ch {
+			ch.active = true
+			close(o.a.done)
+		}
 	}
 }
 
@@ -211,10 +329,10 @@ func (n *Notifier) connectionLost() {
 	for _, ch := range n.chans {
 		ch.subscribed = false
 		if !ch.active {
-			close(ch.activeC) // wakes first Waits; they see the new channel and retry
+			close(ch.attempt.done) // wakes first Waits; they see the new attempt and retry
 		}
 		ch.active = false
-		ch.activeC = make(chan struct{})
+		ch.attempt = newAttempt()
 		for s := range ch.subs {
 			s.ready = false
 			s.wake()
@@ -254,25 +372,26 @@ func (s *subscription) Wait(ctx context.Context) error {
 	if !s.ready {
 		ch := s.ch
 		if !ch.subscribed {
-			if err := n.subscribeLocked(ctx, ch); err != nil {
-				n.mu.Unlock()
-				return err
-			}
+			n.enqueueLocked(op{ch: ch, a: ch.attempt})
+			ch.subscribed, ch.queued = true, true
 		}
-		activeC := ch.activeC
+		a := ch.attempt
 		n.mu.Unlock()
 		select {
-		case <-activeC:
+		case <-a.done:
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-n.life.Done():
 			return fmt.Errorf("redis notifier: %w", distlock.ErrClosed)
 		}
 		n.mu.Lock()
-		if ch.activeC == activeC { // not reset by a lost connection meanwhile
+		defer n.mu.Unlock()
+		if a.err != nil {
+			return a.err
+		}
+		if ch.attempt == a { // not reset by a lost connection meanwhile
 			s.ready = true
 		}
-		n.mu.Unlock()
 		return nil // the caller retries: a release may predate the subscription
 	}
 	n.mu.Unlock()
@@ -286,7 +405,8 @@ func (s *subscription) Wait(ctx context.Context) error {
 	}
 }
 
-// Close drops the subscription; the last one on a channel unsubscribes it.
+// Close drops the subscription; the last one on a channel has the writer
+// unsubscribe it. Close does no I/O itself.
 func (s *subscription) Close() error {
 	n := s.n
 	n.mu.Lock()
@@ -301,13 +421,8 @@ func (s *subscription) Close() error {
 		return nil
 	}
 	delete(n.chans, ch.name)
-	if !ch.subscribed || n.closed {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(n.life, unsubscribeTimeout)
-	defer cancel()
-	if err := n.ps.Unsubscribe(ctx, ch.name); err != nil {
-		return fmt.Errorf("redis notifier: unsubscribe: %w", err)
+	if ch.queued && !n.closed {
+		n.enqueueLocked(op{unsubscribe: true, ch: ch})
 	}
 	return nil
 }

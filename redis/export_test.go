@@ -1,0 +1,13 @@
+package redis
+
+import (
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// NewNotifierHealth is NewNotifier with its health-check timing, so tests
+// can show a silent connection is dropped without waiting for the defaults.
+func NewNotifierHealth(client goredis.UniversalClient, prefix string, every, pongWait time.Duration) *Notifier {
+	return newNotifier(client, prefix, every, pongWait)
+}
