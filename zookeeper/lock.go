@@ -71,15 +71,17 @@ func (b *backend) acquire(ctx context.Context, req distlock.Request, wait bool) 
 	return g, nil
 }
 
-// firstLook is the first listing of the key directory together with our
-// znode's stat: two requests sent at once, so one round trip.
+// firstLook is what the create's goroutine learned right after the create:
+// the first listing of the key directory and our znode's stat.
 type firstLook struct {
 	children  []string
 	childErr  error
-	stat      *zk.Stat
-	statErr   error
-	exists    bool
 	listStart time.Time
+	exists    bool
+	czxid     int64
+	version   int32
+	session   int64
+	statErr   error
 }
 
 // enqueue creates our znode; if the key directory is missing (first use,
@@ -107,16 +109,17 @@ func (b *backend) enqueue(ctx context.Context, conn *zk.Conn, dir, owner string)
 	}
 }
 
-// create makes our EPHEMERAL|SEQUENTIAL znode and, once it exists, sends
-// the first listing and the stat request together. If ctx ends before the
-// create's reply, or the reply is lost with the connection, the znode may
-// exist: the janitor finds it by our owner id and deletes it.
+// create makes our EPHEMERAL|SEQUENTIAL znode and lists the directory, both
+// in one goroutine (go-zookeeper calls take no ctx; one hand-off per
+// acquire, not one per call). If ctx ends first the znode may exist: the
+// goroutine hands it to the janitor, which finds it by our owner id.
 func (b *backend) create(ctx context.Context, conn *zk.Conn, dir, owner, prefix string) (string, *firstLook, error) {
 	if err := ctx.Err(); err != nil {
 		return "", nil, err
 	}
 	type result struct {
 		path string
+		look *firstLook
 		err  error
 	}
 	var (
@@ -124,15 +127,24 @@ func (b *backend) create(ctx context.Context, conn *zk.Conn, dir, owner, prefix 
 		gaveUp bool
 		ch     = make(chan result, 1)
 	)
+	abandoned := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return gaveUp
+	}
 	go func() {
 		p, err := conn.Create(prefix, nil, zk.FlagEphemeral|zk.FlagSequence, b.acl)
+		var look *firstLook
+		if err == nil && !abandoned() {
+			look = b.look(conn, dir, p)
+		}
 		mu.Lock()
-		abandoned := gaveUp
-		if !abandoned {
-			ch <- result{p, err}
+		gone := gaveUp
+		if !gone {
+			ch <- result{p, look, err}
 		}
 		mu.Unlock()
-		if abandoned && (err == nil || !definitelyNotCreated(err)) {
+		if gone && (err == nil || !definitelyNotCreated(err)) {
 			b.janitor.add(orphan{dir: dir, owner: owner})
 		}
 	}()
@@ -156,54 +168,44 @@ func (b *backend) create(ctx context.Context, conn *zk.Conn, dir, owner, prefix 
 		}
 		return "", nil, r.err
 	}
-	if ctx.Err() != nil {
-		return r.path, nil, nil // await notices ctx and dequeues
-	}
-	return r.path, b.look(ctx, conn, dir, r.path), nil
+	return r.path, r.look, nil // await checks ctx before using look
 }
 
-// look sends Children(dir) and Exists(path) back to back. ZooKeeper answers
-// a session's requests in order, so both see our znode.
-func (b *backend) look(ctx context.Context, conn *zk.Conn, dir, path string) *firstLook {
+// look lists dir and stats our znode with the two requests sent back to
+// back (one round trip; a session's requests are answered in order, so both
+// see our znode). The Children call runs here, in the create's goroutine;
+// only the Exists needs a goroutine of its own.
+func (b *backend) look(conn *zk.Conn, dir, path string) *firstLook {
 	res := &firstLook{listStart: time.Now()}
-	done := make(chan struct{}, 2)
+	done := make(chan struct{})
 	go func() {
-		res.children, _, res.childErr = conn.Children(dir)
-		done <- struct{}{}
-	}()
-	go func() {
-		res.exists, res.stat, res.statErr = conn.Exists(path)
-		done <- struct{}{}
-	}()
-	for range 2 {
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return nil // abandoned: the goroutines finish on their own
+		defer close(done)
+		var st *zk.Stat
+		res.exists, st, res.statErr = conn.Exists(path)
+		if res.statErr == nil && res.exists {
+			res.czxid, res.version, res.session = st.Czxid, st.Version, st.EphemeralOwner
 		}
-	}
+	}()
+	res.children, _, res.childErr = conn.Children(dir)
+	<-done // go-zookeeper answers or fails every call, at once after Close
 	return res
 }
 
 // await waits until our znode is the lowest in the directory (or, for a
 // try, checks once).
 func (b *backend) await(ctx context.Context, conn *zk.Conn, key string, n *node, look *firstLook, wait bool) (distlock.Grant, error) {
-	if look == nil {
-		if err := ctx.Err(); err != nil {
-			return distlock.Grant{}, err
-		}
-		look = b.look(ctx, conn, n.dir, n.path)
-		if look == nil {
-			return distlock.Grant{}, ctx.Err()
-		}
+	if err := ctx.Err(); err != nil {
+		return distlock.Grant{}, err
 	}
 	switch {
+	case look.childErr != nil:
+		return distlock.Grant{}, fmt.Errorf("zookeeper: list %s: %w", n.dir, look.childErr)
 	case look.statErr != nil:
 		return distlock.Grant{}, fmt.Errorf("zookeeper: stat %s: %w", n.path, look.statErr)
 	case !look.exists:
 		return distlock.Grant{}, fmt.Errorf("zookeeper: %s vanished after its create: %w", n.path, errSessionLost)
 	}
-	n.czxid, n.version, n.session = look.stat.Czxid, look.stat.Version, look.stat.EphemeralOwner
+	n.czxid, n.version, n.session = look.czxid, look.version, look.session
 	n.epoch = b.sess.epochFor(n.session)
 	if n.epoch == nil {
 		return distlock.Grant{}, fmt.Errorf("zookeeper: %s belongs to session %#x: %w", n.path, n.session, errSessionLost)
