@@ -186,6 +186,14 @@ func BackendValue[T any](o Options, key any) (T, bool) {
 	return v, ok
 }
 
+// BackendValueOr returns the setting stored under key, or def if none is.
+func BackendValueOr[T any](o Options, key any, def T) T {
+	if v, ok := BackendValue[T](o, key); ok {
+		return v
+	}
+	return def
+}
+
 // InvalidOption returns an Option that makes construction fail with
 // ErrInvalidOption and the given message; backend With… functions use it to
 // reject bad values without panicking.

@@ -170,14 +170,8 @@ func newBackend(cli *clientv3.Client, owns bool, opts []distlock.Option) (*backe
 	if err != nil {
 		return nil, err
 	}
-	prefix, ok := distlock.BackendValue[string](o, prefixKey{})
-	if !ok {
-		prefix = DefaultPrefix
-	}
-	loss, ok := distlock.BackendValue[bool](o, lossWatchKey{})
-	if !ok {
-		loss = true
-	}
+	prefix := distlock.BackendValueOr[string](o, prefixKey{}, DefaultPrefix)
+	loss := distlock.BackendValueOr[bool](o, lossWatchKey{}, true)
 	life, stop := context.WithCancel(context.Background())
 	return &backend{
 		cli: cli, owns: owns, prefix: prefix, lossWatch: loss,

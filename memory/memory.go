@@ -84,10 +84,7 @@ func New(opts ...distlock.Option) (distlock.Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, ok := distlock.BackendValue[*Store](o, storeKey{})
-	if !ok {
-		s = NewStore()
-	}
+	s := distlock.BackendValueOr[*Store](o, storeKey{}, NewStore())
 	return distlock.New(NewBackend(s), opts...)
 }
 

@@ -208,10 +208,7 @@ func newBackend(ctx context.Context, client goredis.UniversalClient, opts []dist
 	if err != nil {
 		return nil, err
 	}
-	prefix, ok := distlock.BackendValue[string](o, prefixKey{})
-	if !ok {
-		prefix = DefaultPrefix
-	}
+	prefix := distlock.BackendValueOr[string](o, prefixKey{}, DefaultPrefix)
 	wait, _ := distlock.BackendValue[waitSetting](o, waitKey{})
 	if wait.n > 0 {
 		switch client.(type) {

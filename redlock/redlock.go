@@ -185,10 +185,7 @@ func newBackend(clients []goredis.UniversalClient, opts []distlock.Option) (*bac
 	if err != nil {
 		return nil, err
 	}
-	prefix, ok := distlock.BackendValue[string](o, prefixKey{})
-	if !ok {
-		prefix = redis.DefaultPrefix
-	}
+	prefix := distlock.BackendValueOr[string](o, prefixKey{}, redis.DefaultPrefix)
 	nt, _ := distlock.BackendValue[time.Duration](o, nodeTimeoutKey{})
 	closeClients, _ := distlock.BackendValue[bool](o, closeClientsKey{})
 	b := &backend{
