@@ -80,6 +80,7 @@ type CaseError struct {
 func (e *CaseError) Error() string {
 	return fmt.Sprintf("%s: %v\n\trule: %s", e.Case, e.Err, e.Rule)
 }
+
 // Unwrap returns what went wrong.
 func (e *CaseError) Unwrap() error { return e.Err }
 
