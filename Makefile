@@ -16,6 +16,7 @@ demo: setup
 # Everything CI runs: vet, then every test under the race detector against
 # real servers the tests start.
 test: setup
+	@unformatted="$$(gofmt -l .)"; if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
 
