@@ -1,0 +1,123 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/distlock/distlock"
+	_ "github.com/distlock/distlock/all" // every backend for distlock.Open
+	"github.com/distlock/distlock/internal/testserver"
+)
+
+// TTL is the lease TTL of every scenario: short, so that a pause of a few
+// seconds outlasts it on every backend (etcd sends ceil(TTL)+1s = 2s;
+// ZooKeeper's session timeout is set to zkSession).
+const TTL = time.Second
+
+// zkSession is ZooKeeper's session timeout, which is its real TTL.
+const zkSession = 1500 * time.Millisecond
+
+// Backends lists the backend specs the harness knows. Those whose scheme is
+// not registered (package not linked) are left out by Available.
+func Backends() []BackendSpec {
+	return []BackendSpec{
+		{Name: "redis", Scheme: "redis", Start: startRedis("")},
+		{Name: "redis-aof", Scheme: "redis", Start: startRedis("always")},
+		{Name: "redlock", Scheme: "redlock", Start: startRedlock(3)},
+		{Name: "redlock5", Scheme: "redlock", Start: startRedlock(5)},
+		{Name: "etcd", Scheme: "etcd", Start: startEtcd(1)},
+		{Name: "etcd3", Scheme: "etcd", Start: startEtcd(3)},
+		{Name: "zookeeper", Scheme: "zk", Start: startZK(1)},
+		{Name: "zookeeper3", Scheme: "zk", Start: startZK(3)},
+	}
+}
+
+// Available reports whether spec's backend is registered with distlock.
+func Available(spec BackendSpec) bool {
+	for _, s := range distlock.Schemes() {
+		if s == spec.Scheme {
+			return true
+		}
+	}
+	return false
+}
+
+func startRedis(fsync string) func(t testing.TB) *Target {
+	return func(t testing.TB) *Target {
+		var opts []testserver.Option
+		name := "redis"
+		if fsync != "" {
+			opts = append(opts, testserver.WithRedisAppendFsync(fsync))
+			name = "redis-aof"
+		}
+		s := testserver.Redis(t, opts...)
+		tg := &Target{Backend: name, Servers: []*testserver.Server{s}, TTL: TTL, Renew: TTL / 3, proxyable: true,
+			URL: func(a []string) string { return "redis://" + a[0] + "?dial_timeout=500ms" }}
+		tg.Guarantees = guarantees(t, tg)
+		return tg
+	}
+}
+
+func startRedlock(n int) func(t testing.TB) *Target {
+	return func(t testing.TB) *Target {
+		ss := testserver.RedisN(t, n)
+		tg := &Target{Backend: fmt.Sprintf("redlock%d", n), Servers: ss, TTL: TTL, Renew: TTL / 3, proxyable: true,
+			URL: func(a []string) string { return "redlock://" + strings.Join(a, ",") + "?dial_timeout=500ms" }}
+		if n == 3 {
+			tg.Backend = "redlock"
+		}
+		tg.Guarantees = guarantees(t, tg)
+		return tg
+	}
+}
+
+func startEtcd(n int) func(t testing.TB) *Target {
+	return func(t testing.TB) *Target {
+		tg := &Target{Backend: "etcd", TTL: TTL, Renew: TTL / 3, proxyable: n == 1,
+			URL: func(a []string) string { return "etcd://" + strings.Join(a, ",") + "/?dial_timeout=2s" }}
+		if n == 1 {
+			tg.Servers = []*testserver.Server{testserver.Etcd(t)}
+		} else {
+			tg.Cluster = testserver.EtcdCluster(t, n)
+			tg.Servers = tg.Cluster.Members
+			tg.Backend = fmt.Sprintf("etcd%d", n)
+		}
+		tg.Guarantees = guarantees(t, tg)
+		return tg
+	}
+}
+
+func startZK(n int) func(t testing.TB) *Target {
+	return func(t testing.TB) *Target {
+		tg := &Target{Backend: "zookeeper", TTL: TTL, Renew: TTL / 3, proxyable: n == 1,
+			URL: func(a []string) string {
+				return "zk://" + strings.Join(a, ",") + "/faults?session_timeout=" + zkSession.String()
+			}}
+		if n == 1 {
+			tg.Servers = []*testserver.Server{testserver.ZooKeeper(t)}
+		} else {
+			tg.Cluster = testserver.ZooKeeperEnsemble(t, n)
+			tg.Servers = tg.Cluster.Members
+			tg.Backend = fmt.Sprintf("zookeeper%d", n)
+		}
+		tg.Guarantees = guarantees(t, tg)
+		return tg
+	}
+}
+
+// guarantees opens the target once in this process to read what the
+// backend declares for it.
+func guarantees(t testing.TB, tg *Target) distlock.Guarantees {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := distlock.Open(ctx, tg.URL(tg.addrs()))
+	if err != nil {
+		t.Fatalf("%s: open: %v", tg.Backend, err)
+	}
+	defer l.Close()
+	return l.Guarantees()
+}

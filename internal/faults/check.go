@@ -1,0 +1,253 @@
+package faults
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Event is one line of a worker's log; the worker program writes the same
+// fields (see internal/faults/worker).
+type Event struct {
+	T      int64  `json:"t"`              // CLOCK_MONOTONIC ns when the event ended
+	T0     int64  `json:"t0,omitempty"`   // CLOCK_MONOTONIC ns when the operation started
+	TW     int64  `json:"tw,omitempty"`   // write: CLOCK_MONOTONIC ns just before the UPDATE was sent
+	Worker int    `json:"w"`              // worker id
+	Ev     string `json:"ev"`             // acquire, release, write, lost, cont, error, start, exit
+	Token  int64  `json:"tok,omitempty"`  // fencing token of the lease involved
+	Read   int64  `json:"read,omitempty"` // counter value read (write)
+	Value  int64  `json:"val,omitempty"`  // counter value written (write)
+	Result string `json:"res,omitempty"`  // write: ok, stale, error; lost: the lease's Err
+	Err    string `json:"err,omitempty"`
+	PID    int    `json:"pid,omitempty"` // start
+}
+
+// readLog parses one worker's log. A torn last line (the worker was killed
+// mid-write) is ignored.
+func readLog(path string) ([]Event, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var evs []Event
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var e Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			continue
+		}
+		evs = append(evs, e)
+	}
+	return evs, sc.Err()
+}
+
+// interval is the time a worker believed it held the lock: from Acquire's
+// return until it called Release or learned of the loss (Lease.Done),
+// whichever came first. A paused holder keeps believing through the pause.
+type interval struct {
+	worker     int
+	token      int64
+	start, end int64
+}
+
+// Check is the verdict on one scenario's history.
+type Check struct {
+	Acquires     int // leases granted
+	Writes       int // writes attempted
+	Accepted     int // writes committed (acknowledged increments)
+	Rejected     int // writes refused by the fence
+	Uncertain    int // writes whose outcome is unknown (an error other than the fence)
+	AcquireErrs  int // failed Acquire calls (10 s bound each), e.g. while a server is down
+	Overlaps     int // pairs of leases on the key whose belief intervals intersect
+	Final        int64
+	LostUpdates  int64 // acknowledged increments missing from the final counter
+	StaleAccepts int   // accepted writes whose token is below one committed before they began
+	// Linearizable is porcupine's verdict on the accepted read-modify-writes
+	// seen as atomic increments of one counter (plus the final read):
+	// "ok", "illegal" or "unknown" (checker timed out).
+	Linearizable string
+}
+
+// check runs every checker over the workers' events and the final counter.
+func check(evs [][]Event, final int64, lastT int64) Check {
+	var c Check
+	var ivs []interval
+	var writes []Event
+	for _, wevs := range evs {
+		open := -1 // index in ivs of the worker's open interval
+		closeAt := func(t int64) {
+			if open >= 0 {
+				ivs[open].end = t
+				open = -1
+			}
+		}
+		for _, e := range wevs {
+			switch e.Ev {
+			case "acquire":
+				closeAt(e.T0) // cannot happen: one lease at a time
+				c.Acquires++
+				ivs = append(ivs, interval{worker: e.Worker, token: e.Token, start: e.T, end: math.MaxInt64})
+				open = len(ivs) - 1
+			case "lost":
+				if open >= 0 && ivs[open].token == e.Token {
+					closeAt(e.T)
+				}
+			case "release":
+				if open >= 0 && ivs[open].token == e.Token {
+					closeAt(e.T0)
+				}
+			case "error":
+				c.AcquireErrs++
+			case "write":
+				c.Writes++
+				writes = append(writes, e)
+				switch e.Result {
+				case "ok":
+					c.Accepted++
+				case "stale":
+					c.Rejected++
+				default:
+					c.Uncertain++
+				}
+			}
+		}
+		if open >= 0 && len(wevs) > 0 {
+			closeAt(wevs[len(wevs)-1].T) // killed while holding: believed until its last word
+		}
+	}
+	c.Overlaps = overlaps(ivs)
+	c.Final = final
+	if lost := int64(c.Accepted) - final; lost > 0 {
+		c.LostUpdates = lost
+	}
+	c.StaleAccepts = staleAccepts(writes)
+	c.Linearizable = linearizable(writes, final, lastT)
+	return c
+}
+
+// overlaps counts pairs of intervals that intersect.
+func overlaps(ivs []interval) int {
+	ivs = slices.Clone(ivs)
+	slices.SortFunc(ivs, func(a, b interval) int { return cmpInt(a.start, b.start) })
+	n := 0
+	var active []int64 // ends of earlier intervals
+	for _, iv := range ivs {
+		kept := active[:0]
+		for _, end := range active {
+			if end > iv.start {
+				kept = append(kept, end)
+			}
+		}
+		active = kept
+		n += len(active)
+		active = append(active, iv.end)
+	}
+	return n
+}
+
+// staleAccepts counts accepted writes whose token is lower than that of an
+// accepted write that had committed before they wrote (before their UPDATE
+// was sent, so surely before their commit): the writes a fence exists to
+// refuse. Writes whose order is not certain are not compared.
+func staleAccepts(writes []Event) int {
+	var ok []Event
+	for _, w := range writes {
+		if w.Result == "ok" {
+			ok = append(ok, w)
+		}
+	}
+	slices.SortFunc(ok, func(a, b Event) int { return cmpInt(a.T, b.T) })
+	maxTok := make([]int64, len(ok)) // max token among ok[:i+1]
+	var m int64 = math.MinInt64
+	for i, w := range ok {
+		m = max(m, w.Token)
+		maxTok[i] = m
+	}
+	n := 0
+	for _, w := range ok {
+		// writes committed strictly before w wrote
+		i := sort.Search(len(ok), func(i int) bool { return ok[i].T >= w.TW })
+		if i > 0 && maxTok[i-1] > w.Token {
+			n++
+		}
+	}
+	return n
+}
+
+type incr struct{ read, wrote int64 }
+
+// counterModel: each accepted read-modify-write is an atomic increment that
+// must read the current value; the final read must see the last one. A write
+// with an unknown outcome may or may not have happened.
+var counterModel = porcupine.NondeterministicModel{
+	Init: func() []any { return []any{int64(0)} },
+	Step: func(state, input, output any) []any {
+		s := state.(int64)
+		switch in := input.(type) {
+		case string: // "read"
+			if output.(int64) == s {
+				return []any{s}
+			}
+			return nil
+		case incr: // accepted
+			if in.read == s {
+				return []any{in.wrote}
+			}
+			return nil
+		case *incr: // uncertain: applied or not
+			if in.read == s {
+				return []any{s, in.wrote}
+			}
+			return []any{s}
+		}
+		return nil
+	},
+	DescribeOperation: func(input, output any) string { return fmt.Sprint(input, " -> ", output) },
+}
+
+var counterModelD = counterModel.ToModel()
+
+// linearizable checks the writes against counterModel with porcupine. The
+// reads of rejected writes are left out: their transactions rolled back.
+func linearizable(writes []Event, final, lastT int64) string {
+	var ops []porcupine.Operation
+	for _, w := range writes {
+		switch w.Result {
+		case "ok":
+			ops = append(ops, porcupine.Operation{ClientId: w.Worker, Input: incr{w.Read, w.Value}, Call: w.T0, Output: w.Value, Return: w.T})
+		case "error":
+			if w.Value == 0 {
+				continue // failed before writing
+			}
+			ops = append(ops, porcupine.Operation{ClientId: w.Worker, Input: &incr{w.Read, w.Value}, Call: w.T0, Output: w.Value, Return: lastT})
+		}
+	}
+	ops = append(ops, porcupine.Operation{ClientId: -1, Input: "read", Call: lastT + 1, Output: final, Return: lastT + 2})
+	switch porcupine.CheckOperationsTimeout(counterModelD, ops, 20*time.Second) {
+	case porcupine.Ok:
+		return "ok"
+	case porcupine.Illegal:
+		return "illegal"
+	default:
+		return "unknown"
+	}
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

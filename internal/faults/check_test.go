@@ -1,0 +1,82 @@
+package faults
+
+import "testing"
+
+// The checkers must be able to fail: each synthetic history below breaks one
+// rule, and the matching counter must see it.
+
+func acq(w int, tok, t int64) Event {
+	return Event{Worker: w, Ev: "acquire", Token: tok, T0: t - 1, T: t}
+}
+func rel(w int, tok, t int64) Event {
+	return Event{Worker: w, Ev: "release", Token: tok, T0: t, T: t + 1}
+}
+func lostAt(w int, tok, t int64) Event {
+	return Event{Worker: w, Ev: "lost", Token: tok, T: t}
+}
+func wr(w int, tok, t0, t, read int64, res string) Event {
+	return Event{Worker: w, Ev: "write", Token: tok, T0: t0, TW: t - 1, T: t, Read: read, Value: read + 1, Result: res}
+}
+
+func TestCheckCleanHistory(t *testing.T) {
+	evs := [][]Event{
+		{acq(0, 1, 10), wr(0, 1, 11, 15, 0, "ok"), rel(0, 1, 16), acq(0, 3, 40), wr(0, 3, 41, 45, 2, "ok"), rel(0, 3, 46)},
+		{acq(1, 2, 20), wr(1, 2, 21, 25, 1, "ok"), rel(1, 2, 26)},
+	}
+	c := check(evs, 3, 100)
+	if c.Overlaps != 0 || c.LostUpdates != 0 || c.StaleAccepts != 0 || c.Linearizable != "ok" || c.Accepted != 3 {
+		t.Fatalf("clean history judged %+v", c)
+	}
+}
+
+func TestCheckPausedHolder(t *testing.T) {
+	// Worker 0 holds token 1, is paused, loses the lock to worker 1 (token
+	// 2), resumes, learns of the loss only at 60 but writes what it read
+	// before the pause: an overlap, a lost update, a stale write accepted.
+	evs := [][]Event{
+		{acq(0, 1, 10), wr(0, 1, 11, 55, 0, "ok"), lostAt(0, 1, 60), rel(0, 1, 61)},
+		{acq(1, 2, 20), wr(1, 2, 21, 25, 0, "ok"), rel(1, 2, 26)},
+	}
+	c := check(evs, 1, 100)
+	if c.Overlaps != 1 {
+		t.Errorf("overlaps = %d, want 1", c.Overlaps)
+	}
+	if c.LostUpdates != 1 {
+		t.Errorf("lost updates = %d, want 1", c.LostUpdates)
+	}
+	if c.StaleAccepts != 1 {
+		t.Errorf("stale accepts = %d, want 1", c.StaleAccepts)
+	}
+	if c.Linearizable != "illegal" {
+		t.Errorf("linearizable = %s, want illegal", c.Linearizable)
+	}
+}
+
+func TestCheckLossEndsBelief(t *testing.T) {
+	// A holder that learned of its loss before the next grant does not
+	// overlap, even if it releases later.
+	evs := [][]Event{
+		{acq(0, 1, 10), lostAt(0, 1, 15), rel(0, 1, 40)},
+		{acq(1, 2, 20), rel(1, 2, 30)},
+	}
+	if c := check(evs, 0, 100); c.Overlaps != 0 {
+		t.Fatalf("overlaps = %d, want 0", c.Overlaps)
+	}
+}
+
+func TestCheckRejectedAndUncertain(t *testing.T) {
+	// A rejected write does not count; an uncertain one may have applied.
+	evs := [][]Event{
+		{acq(0, 1, 10), wr(0, 1, 11, 15, 0, "ok"), wr(0, 1, 16, 18, 1, "stale"), rel(0, 1, 19)},
+		{acq(1, 2, 20), wr(1, 2, 21, 25, 1, "error"), rel(1, 2, 26)},
+	}
+	for _, final := range []int64{1, 2} {
+		c := check(evs, final, 100)
+		if c.Rejected != 1 || c.Uncertain != 1 || c.LostUpdates != 0 || c.Linearizable != "ok" {
+			t.Errorf("final %d: %+v", final, c)
+		}
+	}
+	if c := check(evs, 5, 100); c.Linearizable != "illegal" {
+		t.Errorf("final 5 (no such history) judged %s", c.Linearizable)
+	}
+}

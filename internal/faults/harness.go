@@ -1,0 +1,370 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sys/unix"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/fencing"
+	"github.com/distlock/distlock/internal/testserver"
+)
+
+func mono() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(err)
+	}
+	return ts.Nano()
+}
+
+// Target is a running backend: its servers and the URL workers open.
+type Target struct {
+	Backend string
+	Servers []*testserver.Server
+	Cluster *testserver.Cluster // etcd and ZooKeeper clusters
+	// URL builds the backend URL from the servers' client addresses (the
+	// servers' own, or proxies in front of them).
+	URL func(addrs []string) string
+	// TTL is the lease TTL workers use; Renew the renewal interval it implies.
+	TTL, Renew time.Duration
+	// Guarantees as the backend declares them for this deployment.
+	Guarantees distlock.Guarantees
+
+	proxyable bool
+}
+
+// addrs returns the servers' client addresses.
+func (tg *Target) addrs() []string {
+	a := make([]string, len(tg.Servers))
+	for i, s := range tg.Servers {
+		a[i] = s.Addr()
+	}
+	return a
+}
+
+// primary is the server a single-node fault hits: the leader of a cluster
+// if one answers, else the first.
+func (tg *Target) primary() *testserver.Server {
+	if tg.Cluster != nil {
+		if l, err := tg.Cluster.Leader(); err == nil {
+			return tg.Servers[l]
+		}
+	}
+	return tg.Servers[0]
+}
+
+// BackendSpec starts one backend for a scenario.
+type BackendSpec struct {
+	Name string
+	// Scheme must be registered with distlock for the backend to run.
+	Scheme string
+	Start  func(t testing.TB) *Target
+}
+
+// Scenario is backend × fault × mode.
+type Scenario struct {
+	Backend BackendSpec
+	Fault   Fault
+	Guarded bool
+	Workers int
+	Seed    uint64
+	// Warmup runs before the fault; After runs after it, before the workers
+	// are told to stop.
+	Warmup, After time.Duration
+	// Think bounds each of the worker's two random sleeps.
+	Think time.Duration
+}
+
+// Mode is "guarded" or "unguarded".
+func (sc Scenario) Mode() string {
+	if sc.Guarded {
+		return "guarded"
+	}
+	return "unguarded"
+}
+
+// Row is a scenario's result.
+type Row struct {
+	Backend, Fault, Mode string
+	Check
+	// DoneAfterResume is how long after SIGCONT the paused holder's
+	// Lease.Done closed (holder pauses) — or, for a link fault on the
+	// holder, how long after the fault began — or -1 if it was not seen.
+	DoneAfterResume time.Duration
+	// Usable is the longest time without a new grant from the fault's start
+	// on (the time until the lock was usable again), or -1 if there was
+	// no grant after the fault began.
+	Usable time.Duration
+	// Bound is TTL + one renewal interval, the promise for DoneAfterResume.
+	Bound time.Duration
+	Note  string
+	// Broken is a violation the fault itself observed; see Injected.
+	Broken string
+}
+
+// Worker is one running worker process.
+type Worker struct {
+	ID          int
+	cmd         *exec.Cmd
+	pid         int
+	log, status string
+	stderr      string
+	done        chan struct{}
+	waitErr     error
+}
+
+// Env is a running scenario, handed to a fault.
+type Env struct {
+	Target  *Target
+	Key     string // the lock key, also the counter row and fence resource
+	Guarded bool
+	Pool    *pgxpool.Pool
+
+	mu      sync.Mutex
+	extra   []Event // the history of a client the fault itself runs
+	Workers []*Worker
+	links   *links // nil unless the fault is a Link fault
+}
+
+// record adds an event to the history of the fault's own client.
+func (env *Env) record(e Event) {
+	env.mu.Lock()
+	defer env.mu.Unlock()
+	env.extra = append(env.extra, e)
+}
+
+// waitHolder polls the workers' status files until one holds the lock and
+// returns it with its token.
+func (env *Env) waitHolder(ctx context.Context) (*Worker, int64, error) {
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		for _, w := range env.Workers {
+			if tok := readStatus(w.status); tok != 0 {
+				return w, tok, nil
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil, 0, errors.New("no worker took the lock within 15s")
+}
+
+// Shared is the state scenarios share: PostgreSQL and the worker binary.
+type Shared struct {
+	Worker string
+	PG     *testserver.Server
+	Pool   *pgxpool.Pool
+}
+
+// Setup starts PostgreSQL, creates the counter and fence tables, and builds
+// the worker.
+func Setup(t testing.TB) *Shared {
+	t.Helper()
+	dir := t.TempDir()
+	var bin string
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); bin = buildWorker(dir) }()
+	pg := testserver.Postgres(t, testserver.WithPostgresFsync(false))
+	wg.Wait()
+	if strings.HasPrefix(bin, "error: ") {
+		t.Fatal(bin)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, pg.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := fencing.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS faults_counter (key text PRIMARY KEY, n bigint NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	return &Shared{Worker: bin, PG: pg, Pool: pool}
+}
+
+func buildWorker(dir string) string {
+	bin := filepath.Join(dir, "faults-worker")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/distlock/distlock/internal/faults/worker")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Sprintf("error: build worker: %v\n%s", err, out)
+	}
+	return bin
+}
+
+var keySeq atomic.Int64
+
+// Run runs one scenario to the end and returns its row. Infrastructure
+// failures (a worker that will not start, a fault that cannot be injected)
+// fail t; what the checkers find is for the caller to judge.
+func Run(t testing.TB, sh *Shared, sc Scenario, tg *Target) Row {
+	t.Helper()
+	ctx := context.Background()
+	key := fmt.Sprintf("faults/%s/%s/%s/%d", tg.Backend, sc.Fault.Name, sc.Mode(), keySeq.Add(1))
+	if _, err := sh.Pool.Exec(ctx, `INSERT INTO faults_counter (key, n) VALUES ($1, 0)`, key); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if d := os.Getenv("FAULTS_KEEP"); d != "" { // keep the logs for a post-mortem
+		var err error
+		if dir, err = os.MkdirTemp(d, "cell-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("logs in %s", dir)
+	}
+	env := &Env{Target: tg, Key: key, Guarded: sc.Guarded, Pool: sh.Pool}
+	if sc.Fault.Link {
+		env.links = newLinks()
+		t.Cleanup(env.links.close)
+	}
+	nw := max(sc.Workers, 2)
+	for i := range nw {
+		url := tg.URL(tg.addrs())
+		if env.links != nil {
+			addrs, err := env.links.add(i, tg.addrs())
+			if err != nil {
+				t.Fatal(err)
+			}
+			url = tg.URL(addrs)
+		}
+		w := &Worker{ID: i,
+			log:    filepath.Join(dir, fmt.Sprintf("w%d.jsonl", i)),
+			status: filepath.Join(dir, fmt.Sprintf("w%d.status", i)),
+			stderr: filepath.Join(dir, fmt.Sprintf("w%d.stderr", i)),
+			done:   make(chan struct{}),
+		}
+		errf, err := os.Create(w.stderr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.cmd = exec.Command(sh.Worker,
+			"-url", url, "-key", key, "-dsn", sh.PG.DSN(), "-mode", sc.Mode(),
+			"-log", w.log, "-status", w.status, "-id", strconv.Itoa(i),
+			"-ttl", tg.TTL.String(), "-think", sc.Think.String(),
+			"-seed", strconv.FormatUint(sc.Seed, 10), "-duration", "5m")
+		w.cmd.Stdout, w.cmd.Stderr = errf, errf
+		// Die with the test binary even if it is killed.
+		w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := w.cmd.Start(); err != nil {
+			errf.Close()
+			t.Fatal(err)
+		}
+		errf.Close()
+		w.pid = w.cmd.Process.Pid
+		go func() { w.waitErr = w.cmd.Wait(); close(w.done) }()
+		env.Workers = append(env.Workers, w)
+	}
+	stopAll := func(grace time.Duration) {
+		for _, w := range env.Workers {
+			select {
+			case <-w.done: // reaped: its pid may belong to someone else now
+			default:
+				_ = syscall.Kill(w.pid, syscall.SIGCONT)
+				_ = syscall.Kill(w.pid, syscall.SIGTERM)
+			}
+		}
+		for _, w := range env.Workers {
+			select {
+			case <-w.done:
+			case <-time.After(grace):
+				_ = w.cmd.Process.Kill()
+				<-w.done
+			}
+		}
+	}
+	t.Cleanup(func() { stopAll(time.Second) })
+
+	sleep(ctx, sc.Warmup)
+	in, ferr := sc.Fault.Inject(ctx, env)
+	if ferr != nil {
+		stopAll(5 * time.Second)
+		t.Fatalf("%s: inject: %v", sc.Fault.Name, ferr)
+	}
+	sleep(ctx, max(sc.After, sc.Fault.Settle))
+	stopAll(30 * time.Second)
+	lastT := mono()
+
+	var final int64
+	if err := sh.Pool.QueryRow(ctx, `SELECT n FROM faults_counter WHERE key = $1`, key).Scan(&final); err != nil {
+		t.Fatal(err)
+	}
+	evs := make([][]Event, len(env.Workers), len(env.Workers)+1)
+	if len(env.extra) > 0 {
+		evs = append(evs, env.extra)
+	}
+	for i, w := range env.Workers {
+		e, err := readLog(w.log)
+		if err != nil {
+			t.Fatalf("worker %d log: %v", i, err)
+		}
+		evs[i] = e
+		if w.waitErr != nil && !strings.Contains(w.waitErr.Error(), "killed") {
+			b, _ := os.ReadFile(w.stderr)
+			t.Logf("worker %d exited: %v\n%s", i, w.waitErr, b)
+		}
+	}
+	row := Row{Backend: tg.Backend, Fault: sc.Fault.Name, Mode: sc.Mode(),
+		Check: check(evs, final, lastT), DoneAfterResume: -1, Usable: -1,
+		Bound: tg.TTL + tg.Renew, Note: in.Note, Broken: in.Broken}
+	// Done: the targeted lease's "lost" event, after the resume of a paused
+	// holder (it cannot run before), after the start of a link fault.
+	if in.Worker >= 0 {
+		ref := in.Start
+		if sc.Fault.HolderPause {
+			ref = in.End
+		}
+		for _, e := range evs[in.Worker] {
+			if e.Ev == "lost" && e.Token == in.Token && e.T >= ref {
+				row.DoneAfterResume = time.Duration(e.T - ref)
+				break
+			}
+		}
+	}
+	// Usable: the longest time without a new grant (to anyone) from the
+	// fault's start on — how long the lock was unusable.
+	var grants []int64
+	for _, we := range evs {
+		for _, e := range we {
+			if e.Ev == "acquire" && e.T > in.Start {
+				grants = append(grants, e.T)
+			}
+		}
+	}
+	slices.Sort(grants)
+	prev := in.Start
+	for _, g := range grants {
+		row.Usable = max(row.Usable, time.Duration(g-prev))
+		prev = g
+	}
+	return row
+}
+
+// String formats a row for logs.
+func (r Row) String() string {
+	ms := func(d time.Duration) string {
+		if d < 0 {
+			return "-"
+		}
+		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 0, 64) + "ms"
+	}
+	return fmt.Sprintf("%-10s %-20s %-9s ops=%-4d acq=%-4d acq-err=%-2d ok=%-4d rej=%-3d unk=%-2d overlaps=%-3d lost=%-3d stale-ok=%-3d lin=%-7s done-after-resume=%-6s usable=%-6s %s",
+		r.Backend, r.Fault, r.Mode, r.Writes, r.Acquires, r.AcquireErrs, r.Accepted, r.Rejected, r.Uncertain,
+		r.Overlaps, r.LostUpdates, r.StaleAccepts, r.Linearizable, ms(r.DoneAfterResume), ms(r.Usable), r.Note)
+}
