@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,6 +23,10 @@ type Lease struct {
 	// (refresh, release) so deadlines move in the order the server saw
 	// them; unlike a mutex, waiting for it respects a context.
 	call chan struct{}
+
+	// released is set once Release was asked for: a renewing lease stops
+	// renewing even if the release fails, so the key frees at its TTL.
+	released atomic.Bool
 
 	mu       sync.Mutex
 	ttl      time.Duration
@@ -184,7 +189,9 @@ func (ls *Lease) unlockCall() { <-ls.call }
 // Release gives the lock up, only if it is still ours on the server. It
 // returns an error matching ErrNotHeld if the lease had already ended (and
 // ErrLeaseLost too if it ended by loss). On any other error the lease stays
-// held and Release may be retried.
+// held until its deadline and Release may be retried; a renewing lease
+// stops renewing, so if no retry succeeds the server frees the lock at its
+// TTL.
 func (ls *Lease) Release(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidOption)
@@ -195,6 +202,7 @@ func (ls *Lease) Release(ctx context.Context) error {
 	defer ls.l.wg.Done()
 	ctx, done := ls.l.bind(ctx)
 	defer done()
+	ls.released.Store(true)
 
 	if err := ls.lockCall(ctx); err != nil {
 		return fmt.Errorf("distlock: %s: release %q: %w", ls.l.name, ls.Key(), err)
@@ -382,6 +390,10 @@ func (ls *Lease) keep(renew bool) {
 			ls.lost("its validity ran out without a successful refresh")
 			return
 		case <-renewC:
+			if ls.released.Load() {
+				renewC = nil // Release was asked for: let the deadline end it
+				continue
+			}
 			ctx, cancel := context.WithDeadline(ls.l.life, ls.Expires())
 			err := ls.refresh(ctx, ls.TTL())
 			cancel()

@@ -154,3 +154,32 @@ func TestLeaseReleaseIgnoresCtxBehindStuckRefresh(t *testing.T) {
 		t.Fatal("Release with a 100ms ctx still blocked after 1s")
 	}
 }
+
+// A failed Release must stop a renewing lease from renewing, so the key
+// frees at its TTL instead of staying locked while the process lives.
+func TestLeaseFailedReleaseStopsRenewal(t *testing.T) {
+	store := memory.NewStore()
+	w := &wrap{Backend: memory.NewBackend(store), keepLost: true}
+	l, _ := distlock.New(w)
+	defer l.Close()
+	ls, err := l.TryAcquire(context.Background(), "k", distlock.WithTTL(100*time.Millisecond), distlock.WithAutoRenew(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.unlockFail.Store(true)
+	if err := ls.Release(context.Background()); err == nil {
+		t.Fatal("Release succeeded through a failing backend")
+	}
+	if ls.Err() != nil {
+		t.Fatalf("a failed Release ended the lease: %v", ls.Err())
+	}
+	select {
+	case <-ls.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("the lease kept renewing after its Release failed")
+	}
+	time.Sleep(200 * time.Millisecond)
+	if store.Held("k") {
+		t.Fatal("key still held two TTLs after the lease ended")
+	}
+}
