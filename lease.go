@@ -282,7 +282,7 @@ func (ls *Lease) giveBack() {
 // lost ends the lease as lost and gives its lock back in the background
 // (the caller may hold the call semaphore); it returns the loss error.
 func (ls *Lease) lost(why string) error {
-	err, ended := ls.end_(why)
+	ended, err := ls.endLost(why)
 	if ended && ls.l.enter() == nil { // Close waits for the give-back
 		go func() {
 			defer ls.l.wg.Done()
@@ -295,16 +295,18 @@ func (ls *Lease) lost(why string) error {
 // lostOnServer ends the lease as lost when the server says the lock is no
 // longer ours: there is nothing to give back.
 func (ls *Lease) lostOnServer(why string) error {
-	err, _ := ls.end_(why)
+	_, err := ls.endLost(why)
 	return err
 }
 
-func (ls *Lease) end_(why string) (error, bool) {
-	err := fmt.Errorf("%w: %q (token %d): %s", ErrLeaseLost, ls.Key(), ls.Token(), why)
+// endLost ends the lease with a loss error; ended reports whether this call
+// ended it (else err is the earlier end).
+func (ls *Lease) endLost(why string) (ended bool, err error) {
+	err = fmt.Errorf("%w: %q (token %d): %s", ErrLeaseLost, ls.Key(), ls.Token(), why)
 	if !ls.finish(err) {
-		return ls.Err(), false
+		return false, ls.Err()
 	}
-	return err, true
+	return true, err
 }
 
 // finish ends the lease once; it reports whether this call ended it.
