@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/faults/matrixfile"
 )
 
 const benchHelp = `
@@ -59,6 +60,8 @@ type benchConfig struct {
 	textPath string
 	dir      string
 	quiet    bool
+	// faultsPath is compare's --faults file; "" means defaultFaults if it exists.
+	faultsPath string
 }
 
 var allMeasures = []string{"uncontended", "contended", "manykeys", "handoff", "crash"}
@@ -126,6 +129,9 @@ func benchFlags(name, help string, s stdio) (*benchConfig, func([]string) (int, 
 	fs.StringVar(&c.textPath, "text", "", "also write the text table to this file")
 	fs.StringVar(&c.dir, "dir", "", "directory for local servers' data and the fsync probe (default: the system temp dir)")
 	fs.BoolVar(&c.quiet, "q", false, "no progress on stderr")
+	if name == "compare" {
+		fs.StringVar(&c.faultsPath, "faults", "", "fault-matrix JSON to include (written by: "+matrixfile.Command(defaultFaults)+"); default "+defaultFaults+" if it exists")
+	}
 	return c, func(args []string) (int, bool) {
 		if code, ok := parseFlags(fs, args, s); !ok {
 			return code, false
@@ -203,6 +209,8 @@ type BackendResult struct {
 	Guarantees distlock.Guarantees `json:"guarantees"`
 	Figures    []*Figure           `json:"figures"`
 	Errors     []string            `json:"errors,omitempty"`
+	// FaultRows are the fault-matrix rows of this backend (compare only).
+	FaultRows []matrixfile.Row `json:"fault_rows,omitempty"`
 	// Samples are latencies in ms by group, all repeats, for charts.
 	Samples map[string][]float64 `json:"-"`
 }
@@ -217,6 +225,9 @@ type Report struct {
 	Backends []*BackendResult `json:"backends"`
 	Notes    []string         `json:"notes,omitempty"`
 	Elapsed  string           `json:"elapsed"`
+	// FaultMatrix is compare's fault-matrix section; its rows are in each
+	// backend's FaultRows.
+	FaultMatrix *FaultMatrix `json:"fault_matrix,omitempty"`
 }
 
 func (r *BackendResult) figure(group, name, unit string) *Figure {

@@ -6,15 +6,27 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/distlock/distlock/internal/faults/matrixfile"
 )
 
-const compareHelp = `
+var compareHelp = `
 Usage: distlock compare [flags]
 
 Runs the bench measurements (see "distlock bench --help"; same flags) and
 prints each backend's declared guarantees (distlock.Guarantees) beside the
-measured figures, in one text table and, with --html, one HTML report.
-Fault-matrix rows are not included yet: the fault harness has not landed.
+measured figures and the fault harness's rows for it (internal/faults: what
+the lock, unguarded and guarded by a fencing token, did under paused,
+killed and lost servers, paused holders, blackholed links), in one text
+table and, with --json and --html, one JSON and one HTML report.
+
+The fault rows come from a file the fault-matrix test writes; produce it
+from the module root with
+
+  ` + matrixfile.Command(defaultFaults) + `
+
+(add -faults.long for the long matrix). compare reads ` + defaultFaults + ` when
+it exists, or the file given with --faults.
 `
 
 func cmdCompare(ctx context.Context, args []string, s stdio) int {
@@ -24,6 +36,12 @@ func cmdCompare(ctx context.Context, args []string, s stdio) int {
 	}
 	// Ctrl-C stops the run cleanly: local servers are stopped and their
 	// directories removed.
+	// Read the fault matrix first: a bad file should not cost a bench run.
+	fm, fmPath, err := loadFaults(c)
+	if err != nil {
+		fmt.Fprintf(s.err, "distlock compare: %v\n", err)
+		return exitFailure
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := benchAll(ctx, c, s)
@@ -32,5 +50,6 @@ func cmdCompare(ctx context.Context, args []string, s stdio) int {
 		return exitFailure
 	}
 	rep.Kind = "compare"
+	attachFaults(rep, fm, fmPath)
 	return writeReports(rep, c, s)
 }

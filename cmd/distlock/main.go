@@ -5,7 +5,7 @@
 //
 //	distlock run [flags] -- COMMAND [ARG...]   run COMMAND while holding a lock
 //	distlock bench [flags]                     measure backends (latency, contention, hand-off, crash)
-//	distlock compare [flags]                   bench, plus each backend's declared guarantees, in one report
+//	distlock compare [flags]                   bench, plus each backend's declared guarantees and fault-matrix rows, in one report
 //	distlock help [COMMAND]
 //
 // The backend is chosen by URL (mem://, redis://host:port, redlock://h1,h2,h3,
@@ -68,7 +68,7 @@ func commands() []command {
 	return []command{
 		{name: "run", summary: "run a command while holding a lock (like flock(1))", run: cmdRun},
 		{name: "bench", summary: "measure lock backends: latency, contention, hand-off, crash recovery", run: cmdBench},
-		{name: "compare", summary: "bench plus each backend's declared guarantees, in one report", run: cmdCompare},
+		{name: "compare", summary: "bench plus each backend's declared guarantees and fault-matrix rows, in one report", run: cmdCompare},
 		{name: "hold", hidden: true, summary: "hold a lock until killed (used by bench to emulate a crashed holder)", run: cmdHold},
 	}
 }

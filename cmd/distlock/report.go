@@ -168,8 +168,6 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-const faultNote = "Fault-matrix rows are not available yet: the fault harness (issue 8) has not landed, so no declared guarantee above is proven by a fault run in this report."
-
 func writeText(w io.Writer, rep *Report) {
 	e := rep.Env
 	fmt.Fprintf(w, "distlock %s — %s, %s, %d cores (GOMAXPROCS %d), %s\n", rep.Kind, e.Time.Format("2006-01-02 15:04 MST"), e.GoVersion, e.Cores, e.GOMAXPROCS, e.OS)
@@ -224,7 +222,7 @@ func writeText(w io.Writer, rep *Report) {
 				fmt.Fprintf(w, "note (%s): %s\n", b.Backend, n)
 			}
 		}
-		fmt.Fprintln(w, faultNote)
+		writeFaultText(w, rep)
 	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
@@ -237,10 +235,15 @@ func writeText(w io.Writer, rep *Report) {
 }
 
 var htmlTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
-	"cell":  cell,
-	"fig":   func(b *BackendResult, r row) *Figure { return b.get(r) },
-	"guar":  func(i int, b *BackendResult) string { return guaranteeRows[i].get(b.Guarantees) },
-	"gname": func(i int) string { return guaranteeRows[i].name },
+	"cell":        cell,
+	"fig":         func(b *BackendResult, r row) *Figure { return b.get(r) },
+	"guar":        func(i int, b *BackendResult) string { return guaranteeRows[i].get(b.Guarantees) },
+	"gname":       func(i int) string { return guaranteeRows[i].name },
+	"declared":    declared,
+	"measured":    measured,
+	"deployments": deployments,
+	"faultCells":  faultCells,
+	"noRows":      noRows,
 	"seq": func(n int) []int {
 		s := make([]int, n)
 		for i := range s {
@@ -280,12 +283,23 @@ td:first-child,th:first-child,td.l{text-align:left}
 {{range $i := seq .NG}}<tr><td>{{gname $i}}</td>{{range $.R.Backends}}<td>{{guar $i .}}</td>{{end}}</tr>
 {{end}}</table>
 {{range .R.Backends}}{{$b := .Backend}}{{range .Guarantees.Notes}}<p class="note">{{$b}}: {{.}}</p>{{end}}{{end}}
-<p class="note">{{.FaultNote}}</p>
 {{end}}
 <h2>Measurements</h2>
 <table><tr><th>measurement</th><th>figure</th><th>unit</th>{{range .R.Backends}}<th>{{.Backend}}</th>{{end}}</tr>
 {{range .Rows}}{{$r := .}}<tr><td class="l">{{.Group}}</td><td class="l">{{.Name}}</td><td class="l">{{.Unit}}</td>{{range $.R.Backends}}<td>{{cell (fig . $r)}}</td>{{end}}</tr>
 {{end}}</table>
+{{with .R.FaultMatrix}}<h2>Fault matrix</h2>
+{{if .Missing}}<p class="note">{{.Missing}}</p>{{else}}
+<p>{{$.FaultHead}}</p>
+<p class="note">{{$.FaultLegend}}</p>
+{{range .Skipped}}<p class="note">not run: {{.}}</p>{{end}}
+{{range $.FaultGroups}}<h3>{{.Family}}</h3>
+{{range .Results}}<p>declared ({{.URL}}): {{declared .Guarantees}}<br>measured: {{measured .}}</p>{{else}}<p class="note">not measured in this report</p>{{end}}
+{{if .Rows}}<p class="note">{{deployments .Rows}}</p>
+<table><tr>{{range $.FaultCols}}<th>{{.}}</th>{{end}}</tr>
+{{range .Rows}}<tr>{{range faultCells .}}<td>{{.}}</td>{{end}}</tr>
+{{end}}</table>{{else}}<p class="note">{{noRows .}}</p>{{end}}
+{{end}}{{end}}{{end}}
 <h2>Charts</h2>
 <div class="charts">{{range .Charts}}<figure><figcaption>{{.Title}}</figcaption>{{.SVG}}</figure>{{end}}</div>
 {{range .R.Notes}}<p class="note">note: {{.}}</p>{{end}}
@@ -299,11 +313,17 @@ func writeHTML(w io.Writer, rep *Report) error {
 	if err != nil {
 		return err
 	}
-	return htmlTmpl.Execute(w, map[string]any{
-		"R":         rep,
-		"NG":        len(guaranteeRows),
-		"Rows":      rows(rep),
-		"Charts":    charts,
-		"FaultNote": faultNote,
-	})
+	data := map[string]any{
+		"R":      rep,
+		"NG":     len(guaranteeRows),
+		"Rows":   rows(rep),
+		"Charts": charts,
+	}
+	if fm := rep.FaultMatrix; fm != nil && fm.Header != nil {
+		data["FaultHead"] = faultHead(rep)
+		data["FaultLegend"] = faultLegend
+		data["FaultGroups"] = faultGroups(rep)
+		data["FaultCols"] = faultCols
+	}
+	return htmlTmpl.Execute(w, data)
 }

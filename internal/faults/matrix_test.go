@@ -13,7 +13,13 @@ import (
 	"time"
 )
 
-var long = flag.Bool("faults.long", os.Getenv("FAULTS_LONG") != "", "run the long matrix (≥ 10,000 guarded operations) and print its table")
+var (
+	long    = flag.Bool("faults.long", os.Getenv("FAULTS_LONG") != "", "run the long matrix (≥ 10,000 guarded operations) and print its table")
+	jsonOut = flag.String("faults.json", os.Getenv("FAULTS_JSON"), "write the matrix's rows as JSON to this file (a relative path is taken from the module root; or FAULTS_JSON)")
+)
+
+// cellWorkers is the number of worker processes in every cell.
+const cellWorkers = 3
 
 // pause is how long a paused holder or server stays stopped: longer than
 // every backend's real TTL (Redis 1s, etcd 2s, ZooKeeper session 1.5s).
@@ -65,14 +71,17 @@ func TestMatrix(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the harness needs Linux (CLOCK_MONOTONIC shared across processes, Pdeathsig)")
 	}
+	began := time.Now()
 	sh := Setup(t)
 	warm, after, think := 700*time.Millisecond, 1500*time.Millisecond, 30*time.Millisecond
 	if *long {
 		warm, after, think = time.Second, 15*time.Second, 6*time.Millisecond
 	}
 	var (
-		mu   sync.Mutex
-		rows []Row
+		mu    sync.Mutex
+		rows  []Row
+		cells []cell   // rows with what the JSON file adds
+		skip  []string // backends not run, and why
 	)
 	// Backends run in parallel (go test's -parallel, GOMAXPROCS by
 	// default): the cells mostly wait, and each backend has its own servers.
@@ -80,13 +89,22 @@ func TestMatrix(t *testing.T) {
 		for _, m := range matrix() {
 			if !Available(m.spec) {
 				t.Logf("%s: scheme %s:// not registered, skipped", m.spec.Name, m.spec.Scheme)
+				skip = append(skip, m.spec.Name+": scheme "+m.spec.Scheme+":// not registered")
 				continue
 			}
 			t.Run(m.spec.Name, func(t *testing.T) {
 				t.Parallel()
-				runBackend(t, sh, m.spec, m.faults, warm, after, think, func(r Row) {
+				defer func() { // t.Skip ends the goroutine; deferred calls still run
+					if t.Skipped() {
+						mu.Lock()
+						skip = append(skip, m.spec.Name+": skipped (server not installed?)")
+						mu.Unlock()
+					}
+				}()
+				runBackend(t, sh, m.spec, m.faults, warm, after, think, func(c cell) {
 					mu.Lock()
-					rows = append(rows, r)
+					rows = append(rows, c.Row)
+					cells = append(cells, c)
 					mu.Unlock()
 				})
 			})
@@ -96,25 +114,28 @@ func TestMatrix(t *testing.T) {
 	if *long || testing.Verbose() {
 		t.Log("\n" + Table(rows))
 	}
+	if *jsonOut != "" {
+		writeMatrixJSON(t, *jsonOut, began, after, cells, skip)
+	}
 }
 
 // runBackend runs every fault × mode on one backend, on one set of servers
 // that heal restores between cells.
-func runBackend(t *testing.T, sh *Shared, spec BackendSpec, faults []Fault, warm, after, think time.Duration, add func(Row)) {
+func runBackend(t *testing.T, sh *Shared, spec BackendSpec, faults []Fault, warm, after, think time.Duration, add func(cell)) {
 	tg := spec.Start(t)
 	for _, f := range faults {
 		if !f.Applies(tg) {
 			continue
 		}
 		for _, guarded := range []bool{false, true} {
-			sc := Scenario{Backend: spec, Fault: f, Guarded: guarded, Workers: 3, Seed: 1,
+			sc := Scenario{Backend: spec, Fault: f, Guarded: guarded, Workers: cellWorkers, Seed: 1,
 				Warmup: warm, After: after, Think: think}
 			t.Run(f.Name+"/"+sc.Mode(), func(t *testing.T) {
 				row := Run(t, sh, sc, tg)
 				heal(t, tg)
 				t.Log(row)
-				add(row)
 				judge(t, sc, tg, row)
+				add(cell{Row: row, Guarantees: tg.Guarantees, Failed: t.Failed()})
 			})
 		}
 	}

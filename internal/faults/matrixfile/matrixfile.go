@@ -1,0 +1,149 @@
+// Package matrixfile is the JSON form of a fault-matrix run: the rows of
+// internal/faults' TestMatrix, written when FAULTS_JSON (or -faults.json) is
+// set, and read by `distlock compare --faults`. It has no dependency on the
+// harness, so the distlock command can read the file without linking servers
+// or the testing package.
+package matrixfile
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Version is the format version this package writes and reads.
+const Version = 1
+
+// Command is the command that writes a short (CI) matrix's file to path,
+// run from the module root; add -faults.long for the long matrix.
+func Command(path string) string {
+	return "FAULTS_JSON=" + path + " go test ./internal/faults -run Matrix -count=1"
+}
+
+// Header describes the run that produced the rows.
+type Header struct {
+	Version int `json:"version"`
+	// Matrix is "short" (the CI matrix) or "long" (-faults.long).
+	Matrix string    `json:"matrix"`
+	Date   time.Time `json:"date"` // when the run started
+	// Duration is the run's wall time, as text and in seconds.
+	Duration  string  `json:"duration"`
+	DurationS float64 `json:"duration_s"`
+	// Passed is true when every assertion of TestMatrix held in this run
+	// (each row's Failed says which cells failed otherwise).
+	Passed    bool   `json:"passed"`
+	Host      string `json:"host,omitempty"`
+	Cores     int    `json:"cores,omitempty"`
+	GoVersion string `json:"go_version,omitempty"`
+	Commit    string `json:"commit,omitempty"` // git HEAD of the tree tested, "+dirty" if modified; best effort
+	// Cell parameters: workers per cell, time run after the fault, TTL.
+	Workers    int     `json:"workers"`
+	AfterFault string  `json:"after_fault"`
+	TTLMs      float64 `json:"ttl_ms"`
+	// Skipped lists the backends the run left out, with the reason.
+	Skipped []string `json:"skipped,omitempty"`
+}
+
+// File is a fault-matrix run.
+type File struct {
+	Header
+	Rows []Row `json:"rows"`
+}
+
+// Row is one backend × fault × mode cell.
+type Row struct {
+	// Backend is the harness's deployment name: redis, redis-aof, redlock,
+	// redlock5, etcd, etcd3, zookeeper, zookeeper3.
+	Backend string `json:"backend"`
+	// Family is the backend's declared name (Guarantees.Backend): redis,
+	// redlock, etcd, zookeeper — what distlock compare groups by.
+	Family string `json:"family"`
+	Fault  string `json:"fault"`
+	Mode   string `json:"mode"` // guarded or unguarded
+	// Ops are writes attempted; Accepted committed; Rejected refused by the
+	// fence; Uncertain of unknown outcome.
+	Ops       int `json:"ops"`
+	Accepted  int `json:"accepted"`
+	Rejected  int `json:"rejected"`
+	Uncertain int `json:"uncertain"`
+	Acquires  int `json:"acquires"`
+	// AcquireErrors are failed Acquire calls (e.g. while a server was down).
+	AcquireErrors int `json:"acquire_errors"`
+	// Overlaps are pairs of leases whose belief intervals intersect.
+	Overlaps      int   `json:"overlaps"`
+	LostUpdates   int64 `json:"lost_updates"`
+	StaleAccepted int   `json:"stale_accepted"`
+	// Linearizable is porcupine's verdict: ok, illegal or unknown.
+	Linearizable string `json:"linearizable"`
+	// DoneAfterMs is how long after the resume (holder pause) or the fault's
+	// start (link fault, clock jump) the targeted lease's Done closed; nil
+	// when not seen or not applicable.
+	DoneAfterMs *float64 `json:"done_after_ms"`
+	// LongestWaitMs is the longest time without a new grant from the
+	// fault's start on; nil when nothing was granted after it.
+	LongestWaitMs *float64 `json:"longest_wait_ms"`
+	// BoundMs is TTL + one renewal interval, the promise for DoneAfterMs
+	// under a holder pause.
+	BoundMs float64 `json:"bound_ms"`
+	// What this deployment declares (its Guarantees) on the points the
+	// faults test.
+	FailuresTolerated int    `json:"failures_tolerated"`
+	RestartLosesLocks bool   `json:"restart_loses_locks"`
+	ClockDependent    bool   `json:"clock_dependent"`
+	Note              string `json:"note,omitempty"`
+	Broken            string `json:"broken,omitempty"` // a violation the fault itself saw
+	// Failed is true when an assertion on this cell failed.
+	Failed bool `json:"failed"`
+}
+
+// Ms converts d to milliseconds, or nil when d is negative ("not seen").
+func Ms(d time.Duration) *float64 {
+	if d < 0 {
+		return nil
+	}
+	v := math.Round(float64(d)/float64(time.Microsecond)) / 1000 // µs resolution is plenty
+	return &v
+}
+
+// Write writes f as indented JSON to path, creating its directory.
+func Write(path string, f *File) error {
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// ErrFormat is wrapped by Read's errors about the file's content.
+var ErrFormat = errors.New("not a fault-matrix file")
+
+// Read reads and checks a file Write wrote.
+func Read(path string) (*File, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var f File
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("%s: %w: %v", path, ErrFormat, err)
+	}
+	switch {
+	case f.Version != Version:
+		return nil, fmt.Errorf("%s: %w: version %d, want %d", path, ErrFormat, f.Version, Version)
+	case f.Matrix != "short" && f.Matrix != "long":
+		return nil, fmt.Errorf("%s: %w: matrix %q, want short or long", path, ErrFormat, f.Matrix)
+	}
+	for i, r := range f.Rows {
+		if r.Backend == "" || r.Fault == "" || r.Mode == "" {
+			return nil, fmt.Errorf("%s: %w: row %d lacks backend, fault or mode", path, ErrFormat, i)
+		}
+	}
+	return &f, nil
+}
