@@ -56,8 +56,10 @@ type Locker interface {
 	Guarantees() Guarantees
 
 	// Close stops background work, releases the leases still held (best
-	// effort, bounded), ends their Done channels, wakes waiting Acquire calls
-	// with ErrClosed and closes the backend. Later calls return ErrClosed.
+	// effort, bounded by the release timeout), ends their Done channels with
+	// ErrClosed, wakes waiting Acquire calls with ErrClosed and closes the
+	// backend. Acquire, TryAcquire and Do on a closed Locker return
+	// ErrClosed; Close itself may be called again and returns nil.
 	Close() error
 }
 
