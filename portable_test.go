@@ -1,7 +1,6 @@
 package distlock_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/testutil"
 	"github.com/distlock/distlock/memory"
 )
 
@@ -148,7 +148,7 @@ func TestObserverSeesTheLifecycle(t *testing.T) {
 }
 
 func TestLoggerReportsLoss(t *testing.T) {
-	var buf syncBuffer
+	var buf testutil.SyncBuffer
 	store := memory.NewStore()
 	l := newMem(t, store, distlock.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 	ls, err := l.TryAcquire(context.Background(), "k")
@@ -163,22 +163,6 @@ func TestLoggerReportsLoss(t *testing.T) {
 	if s := buf.String(); !strings.Contains(s, "lease lost") || !strings.Contains(s, "key=k") {
 		t.Fatalf("log does not report the loss:\n%s", s)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // pollOnly hides the memory backend's Notifier and counts attempts.

@@ -13,7 +13,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/conformance"
 	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/internal/testutil"
 	"github.com/distlock/distlock/redis"
 )
 
@@ -448,24 +448,6 @@ func TestWaitReplicas(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestEvictionCheck(t *testing.T) {
 	srv := testserver.Redis(t)
 	admin := newClient(t, srv.Addr())
@@ -486,7 +468,7 @@ func TestEvictionCheck(t *testing.T) {
 		if err := admin.ConfigSet(ctx, "maxmemory-policy", tc.policy).Err(); err != nil {
 			t.Fatal(err)
 		}
-		var logs syncBuffer
+		var logs testutil.SyncBuffer
 		logger := slog.New(slog.NewTextHandler(&logs, nil))
 		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 		l, err := redis.New(c, redis.WithCloseClient(true), redis.WithEvictionCheck(tc.mode), distlock.WithLogger(logger))

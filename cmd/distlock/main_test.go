@@ -1,16 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/distlock/distlock/internal/testutil"
 )
 
 // binPath is the distlock binary built once by TestMain.
@@ -40,24 +40,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a concurrent reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // result is the outcome of one in-process cli call.
 type result struct {
 	code           int
@@ -69,7 +51,7 @@ func runCLI(t *testing.T, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var out, errb syncBuffer
+	var out, errb testutil.SyncBuffer
 	code := cli(ctx, args, strings.NewReader(""), &out, &errb)
 	return result{code, out.String(), errb.String()}
 }
@@ -78,7 +60,7 @@ func runCLI(t *testing.T, args ...string) result {
 func startCLI(args ...string) (wait func() result, done <-chan struct{}) {
 	ch := make(chan struct{})
 	var r result
-	var out, errb syncBuffer
+	var out, errb testutil.SyncBuffer
 	go func() {
 		defer close(ch)
 		// A liveness bound: cancelling makes run stop its command.

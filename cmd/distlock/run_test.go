@@ -14,6 +14,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/internal/testutil"
 	"github.com/distlock/distlock/memory"
 )
 
@@ -217,7 +218,7 @@ func TestRunBinaryRedisProcesses(t *testing.T) {
 	started, proceed := filepath.Join(dir, "started"), filepath.Join(dir, "proceed")
 	script := fmt.Sprintf(`touch %q; while [ ! -e %q ]; do sleep 0.02; done; echo "$DISTLOCK_TOKEN"`, started, proceed)
 	first := exec.Command(binPath, "run", "-q", "--url", url, "--key", "k", "--", "sh", "-c", script)
-	var out1, out2 syncBuffer
+	var out1, out2 testutil.SyncBuffer
 	first.Stdout, first.Stderr = &out1, &out1
 	if err := first.Start(); err != nil {
 		t.Fatal(err)
