@@ -57,7 +57,6 @@ func TestNewRejectsBadInput(t *testing.T) {
 
 func TestNilContext(t *testing.T) {
 	l := newMem(t, memory.NewStore())
-	//lint:ignore SA1012 the point is a nil context
 	var nilCtx context.Context
 	if _, err := l.Acquire(nilCtx, "k"); !errors.Is(err, distlock.ErrInvalid) {
 		t.Errorf("Acquire(nil ctx): %v", err)

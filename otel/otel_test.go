@@ -325,16 +325,16 @@ func TestLifecycle(t *testing.T) {
 	}
 	job1 := spanByName(t, h, "job")
 	if v, _ := eventAttr(job1, "distlock.acquired", AttrToken); v.AsInt64() != int64(lease.Token()) {
-		t.Errorf("job acquired token %v, want %d", v.Emit(), lease.Token())
+		t.Errorf("job acquired token %v, want %d", v.String(), lease.Token())
 	}
 	if v, _ := eventAttr(job1, "distlock.released", AttrKey); v.AsString() != "k" {
-		t.Errorf("job released key %q, want k", v.Emit())
+		t.Errorf("job released key %q, want k", v.String())
 	}
 	if v, _ := eventAttr(spanByName(t, h, "try"), "distlock.acquire_failed", AttrOutcome); v.AsString() != OutcomeBusy {
-		t.Errorf("try outcome %q, want busy", v.Emit())
+		t.Errorf("try outcome %q, want busy", v.String())
 	}
 	if v, _ := eventAttr(spanByName(t, h, "wait"), "distlock.lost", AttrToken); v.AsInt64() != int64(waiter.Token()) {
-		t.Errorf("wait lost token %v, want %d", v.Emit(), waiter.Token())
+		t.Errorf("wait lost token %v, want %d", v.String(), waiter.Token())
 	}
 
 	if n := len(h.obs.spans); n != 0 {
