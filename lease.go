@@ -18,6 +18,7 @@ type Lease struct {
 	grant    Grant
 	o        Options
 	acquired time.Time
+	holder   string // Fence().Holder: derived from the owner, not revealing it
 
 	// call is a one-slot semaphore serialising the lease's round trips
 	// (refresh, release) so deadlines move in the order the server saw
@@ -44,6 +45,10 @@ func (ls *Lease) Key() string { return ls.grant.Key }
 // Token returns the fencing token: larger than that of every earlier holder
 // of this key.
 func (ls *Lease) Token() Token { return ls.grant.Token }
+
+// Fence returns the lease's token with its holder id, for a guarded write
+// (see package fencing).
+func (ls *Lease) Fence() Fence { return Fence{Token: ls.grant.Token, Holder: ls.holder} }
 
 // TTL returns the TTL of the latest successful acquire or refresh.
 func (ls *Lease) TTL() time.Duration {

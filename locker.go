@@ -34,6 +34,16 @@ type Token int64
 // String returns the token in decimal.
 func (t Token) String() string { return strconv.FormatInt(int64(t), 10) }
 
+// Fence is what a guarded write presents to the resource: the lease's token
+// and an id of the holder that was granted it. A resource accepts a token
+// larger than any it has seen, and an equal token only from the holder that
+// wrote it (so two holders can never both pass with one token, even if a
+// backend handed the same token out twice). Get it from [Lease.Fence].
+type Fence struct {
+	Token  Token
+	Holder string // opaque, unique per lease; never the lease's ownership secret
+}
+
 // Locker hands out leases on named keys. All methods are safe for concurrent
 // use. A Locker holds connections and background work; Close it when done.
 type Locker interface {

@@ -3,6 +3,7 @@ package distlock
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -300,7 +301,7 @@ func (l *locker) newLease(req Request, g Grant, start time.Time, o *Options, ren
 		validity = req.TTL
 	}
 	ls := &Lease{
-		l: l, grant: g, o: *o, ttl: req.TTL, acquired: start,
+		l: l, grant: g, o: *o, ttl: req.TTL, acquired: start, holder: holderID(req.Owner),
 		deadline: start.Add(validity - o.drift(req.TTL)),
 		done:     make(chan struct{}),
 		kick:     make(chan struct{}, 1),
@@ -416,6 +417,14 @@ func validateTTL(ttl time.Duration) error {
 		return fmt.Errorf("%w: %v (want 0 < TTL <= %v)", ErrInvalidTTL, ttl, MaxTTL)
 	}
 	return nil
+}
+
+// holderID derives a lease's public holder id from its owner value: a
+// hash, so that storing it in a database does not reveal the owner value
+// that proves ownership to the lock service.
+func holderID(owner string) string {
+	h := sha256.Sum256([]byte(owner))
+	return hex.EncodeToString(h[:12])
 }
 
 // newOwner returns a random 128-bit owner value: unique per lease, so that
