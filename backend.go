@@ -30,7 +30,13 @@ type Backend interface {
 	// (usually ttl).
 	Refresh(ctx context.Context, g Grant, ttl time.Duration) (time.Duration, error)
 
-	// Unlock releases the grant's lock only if it still owns it.
+	// Unlock releases the grant's lock only if it still owns it. It is
+	// also called with a Grant holding only Key and Owner (no Token, no
+	// Handle) for a TryLock whose outcome is unknown (a timeout, a reset
+	// connection): it must then free whatever that attempt may have taken,
+	// owner-checked, or return ErrNotHeld if there is nothing (or if the
+	// backend cleans such attempts up itself). The portable layer repeats
+	// that call, with back-off, within the release timeout.
 	Unlock(ctx context.Context, g Grant) error
 
 	// Guarantees describes the backend.
@@ -45,7 +51,7 @@ type Backend interface {
 type Request struct {
 	Key   string
 	TTL   time.Duration
-	Owner string // random, unique to this lease; the backend's ownership proof
+	Owner string // random, unique to this attempt; the backend's ownership proof
 }
 
 // Grant describes a lock a backend handed out. Key and Owner are filled in

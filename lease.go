@@ -193,13 +193,20 @@ func (ls *Lease) unlockCall() { <-ls.call }
 
 // Release gives the lock up, only if it is still ours on the server. It
 // returns an error matching ErrNotHeld if the lease had already ended (and
-// ErrLeaseLost too if it ended by loss). On any other error the lease stays
-// held until its deadline and Release may be retried; a renewing lease
-// stops renewing, so if no retry succeeds the server frees the lock at its
-// TTL.
+// ErrLeaseLost too if it ended by loss); it then returns at once, without a
+// round trip: a lease lost by the local clock is already being given back in
+// the background. Release waits at most the release timeout
+// (WithReleaseTimeout), whatever ctx allows, so a deferred
+// Release(context.Background()) cannot hang on a dead server. On any other
+// error the lease stays held until its deadline and Release may be retried;
+// a renewing lease stops renewing, so if no retry succeeds the server frees
+// the lock at its TTL.
 func (ls *Lease) Release(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
+	if end := ls.Err(); end != nil {
+		return notHeld(ls.Key(), end)
 	}
 	if err := ls.l.enter(); err != nil {
 		return notHeld(ls.Key(), err)
@@ -207,18 +214,18 @@ func (ls *Lease) Release(ctx context.Context) error {
 	defer ls.l.wg.Done()
 	ctx, done := ls.l.bind(ctx)
 	defer done()
+	ctx, cancel := context.WithTimeout(ctx, ls.o.ReleaseTimeout)
+	defer cancel()
 	ls.released.Store(true)
 
 	if err := ls.lockCall(ctx); err != nil {
+		if end := ls.Err(); end != nil { // ended while we waited
+			return notHeld(ls.Key(), end)
+		}
 		return fmt.Errorf("distlock: %s: release %q: %w", ls.l.name, ls.Key(), err)
 	}
 	defer ls.unlockCall()
 	if end := ls.Err(); end != nil {
-		if errors.Is(end, ErrLeaseLost) {
-			// Lost by the local clock, maybe still ours on the server:
-			// free it now (owner-checked) rather than at its expiry.
-			_ = ls.l.b.Unlock(ctx, ls.grant)
-		}
 		return notHeld(ls.Key(), end)
 	}
 	err := ls.l.b.Unlock(ctx, ls.grant)

@@ -141,6 +141,10 @@ func (l *locker) acquire(ctx context.Context, key string, opts []Option, wait, r
 	bctx, done := l.bind(ctx)
 	defer done()
 
+	// Every attempt has its own owner value (poll draws a new one per
+	// try), so nothing a failed attempt leaves behind, such as a late
+	// release or a lock set by a request whose reply was lost, can match
+	// a later attempt.
 	req := Request{Key: key, TTL: o.TTL, Owner: newOwner()}
 	began := now()
 	var (
@@ -149,13 +153,17 @@ func (l *locker) acquire(ctx context.Context, key string, opts []Option, wait, r
 		err   error
 	)
 	if blocker, ok := l.b.(Blocker); ok && wait {
+		// A Blocker leaves nothing behind on failure (its contract).
 		start = now()
 		g, err = blocker.Lock(bctx, req)
 	} else if wait {
-		g, start, err = l.poll(bctx, req, &o)
+		g, start, err = l.poll(bctx, &req, &o)
 	} else {
 		start = now()
 		g, err = l.b.TryLock(bctx, req)
+		if err != nil && !errors.Is(err, ErrNotAcquired) {
+			l.abandon(req, &o)
+		}
 	}
 	if err != nil {
 		err = l.acquireError(ctx, bctx, key, err)
@@ -194,10 +202,43 @@ func (l *locker) acquireError(ctx, bctx context.Context, key string, err error) 
 	return fmt.Errorf("distlock: %s: acquire %q: %w", l.name, key, err)
 }
 
+// abandon gives back, in the background, whatever an attempt whose outcome
+// is unknown (a timeout, a reset connection) may have taken: its request
+// may have reached the server, or still be on its way, and the lock would
+// then sit unused until its TTL. The release is owner-checked with the
+// attempt's own owner, so it can only free that attempt's lock; it is tried
+// again, with back-off, while it finds nothing (the request may land
+// later) or fails, within the release timeout. Close interrupts it.
+func (l *locker) abandon(req Request, o *Options) {
+	if l.enter() != nil {
+		return
+	}
+	go func() {
+		defer l.wg.Done()
+		ctx, cancel := context.WithTimeout(l.life, o.ReleaseTimeout)
+		defer cancel()
+		g := Grant{Key: req.Key, Owner: req.Owner}
+		for delay := abandonFirstRetry; ; delay *= 2 {
+			err := l.b.Unlock(ctx, g)
+			if err == nil || ctx.Err() != nil {
+				return
+			}
+			if err := sleep(ctx, delay); err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// abandonFirstRetry is the first pause between the give-backs of an
+// abandoned attempt; it doubles after each.
+const abandonFirstRetry = 50 * time.Millisecond
+
 // poll is the blocking acquire of backends without a server-side queue:
 // attempt, then wait for a release notice (bounded by the holder's
-// remaining TTL) or a jittered exponential back-off, and try again.
-func (l *locker) poll(ctx context.Context, req Request, o *Options) (Grant, time.Time, error) {
+// remaining TTL) or a jittered exponential back-off, and try again. Each
+// attempt gets a new owner value in req; on success req holds the winner's.
+func (l *locker) poll(ctx context.Context, req *Request, o *Options) (Grant, time.Time, error) {
 	var sub Subscription
 	if n, ok := l.b.(Notifier); ok {
 		s, err := n.Subscribe(ctx, req.Key)
@@ -217,8 +258,14 @@ func (l *locker) poll(ctx context.Context, req Request, o *Options) (Grant, time
 		}
 	}
 	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			req.Owner = newOwner()
+		}
 		start := now()
-		g, err := l.b.TryLock(ctx, req)
+		g, err := l.b.TryLock(ctx, *req)
+		if err != nil && !errors.Is(err, ErrNotAcquired) {
+			l.abandon(*req, o)
+		}
 		if err == nil || !errors.Is(err, ErrNotAcquired) {
 			return g, start, err
 		}

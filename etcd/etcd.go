@@ -866,6 +866,9 @@ func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Durati
 // Unlock deletes the key only if it still has its CreateRevision, so a
 // retried release cannot delete anyone else's key; the lease is recycled.
 func (b *backend) Unlock(ctx context.Context, g distlock.Grant) error {
+	if g.Handle == nil && g.Owner != "" {
+		return b.unlockAttempt(ctx, g)
+	}
 	h, err := handleOf(g)
 	if err != nil {
 		return err
@@ -898,6 +901,21 @@ func (b *backend) Unlock(ctx context.Context, g distlock.Grant) error {
 		return fmt.Errorf("%w: etcd: %q is gone", distlock.ErrNotHeld, h.key)
 	}
 	b.putSpare(l)
+	return nil
+}
+
+// unlockAttempt deletes the queue key of a TryLock whose reply was lost. The
+// key's name holds the attempt's owner value, so it cannot be anyone else's;
+// its lease was dropped by TryLock and ends with its TTL.
+func (b *backend) unlockAttempt(ctx context.Context, g distlock.Grant) error {
+	me := b.queue(g.Key) + g.Owner
+	resp, err := b.cli.Delete(ctx, me)
+	switch {
+	case err != nil:
+		return fmt.Errorf("etcd: deleting %q: %w", me, err)
+	case resp.Deleted == 0:
+		return fmt.Errorf("%w: etcd: %q does not exist", distlock.ErrNotHeld, me)
+	}
 	return nil
 }
 

@@ -315,6 +315,11 @@ func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Durati
 // Unlock deletes our znode, at the version it was created with.
 func (b *backend) Unlock(ctx context.Context, g distlock.Grant) error {
 	n, ok := g.Handle.(*node)
+	if !ok && g.Handle == nil && g.Owner != "" {
+		// An attempt whose outcome was unknown: acquire has already handed
+		// its znode, if any, to the janitor (found by owner).
+		return fmt.Errorf("%w: zookeeper: attempts are cleaned up by the backend", distlock.ErrNotHeld)
+	}
 	if !ok {
 		return fmt.Errorf("zookeeper: grant of another backend (%T)", g.Handle)
 	}
