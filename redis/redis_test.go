@@ -507,11 +507,13 @@ func TestRaiseToken(t *testing.T) {
 	c := newClient(t, srv.Addr())
 	ctx := t.Context()
 	k := redis.KeysFor("raise:", "k")
-	r, err := redis.AcquireOn(ctx, c, k, "me", time.Minute)
-	if err != nil || !r.Acquired || r.Token != 1 {
-		t.Fatalf("AcquireOn = %+v, %v", r, err)
+	before := time.Now().Add(-time.Minute).UnixMicro() // the server's clock is this machine's
+	r, err := redis.AcquireOn(ctx, c, k, "me", time.Minute, redis.TokenSeedFromClock)
+	if err != nil || !r.Acquired || int64(r.Token) < before || int64(r.Token) > time.Now().Add(time.Minute).UnixMicro() {
+		t.Fatalf("AcquireOn on a missing counter = %+v, %v; want a token seeded from the server's TIME in µs", r, err)
 	}
-	held, err := redis.AcquireOn(ctx, c, k, "you", time.Minute)
+	seed := r.Token
+	held, err := redis.AcquireOn(ctx, c, k, "you", time.Minute, redis.TokenSeedFromClock)
 	if err != nil || held.Acquired || held.HolderTTL <= 0 || held.HolderTTL > time.Minute {
 		t.Fatalf("AcquireOn on a held key = %+v, %v", held, err)
 	}
@@ -522,11 +524,11 @@ func TestRaiseToken(t *testing.T) {
 		ok    bool
 		want  string
 	}{
-		{"me", 5, true, "5"},
-		{"me", 3, true, "5"}, // never lowered
-		{"you", 9, false, "5"},
-		{"me", big, true, strconv.FormatInt(int64(big), 10)},
-		{"me", big - 1, true, strconv.FormatInt(int64(big), 10)},
+		{"me", seed + 5, true, (seed + 5).String()},
+		{"me", seed + 3, true, (seed + 5).String()}, // never lowered
+		{"you", seed + 9, false, (seed + 5).String()},
+		{"me", big, true, big.String()},
+		{"me", big - 1, true, big.String()},
 	} {
 		ok, err := redis.RaiseTokenOn(ctx, c, k, tc.owner, tc.token)
 		if err != nil || ok != tc.ok {
@@ -542,20 +544,47 @@ func TestRaiseToken(t *testing.T) {
 	if ok, err := redis.ReleaseOn(ctx, c, k, "me"); err != nil || !ok {
 		t.Fatalf("ReleaseOn = %v, %v", ok, err)
 	}
-	r, err = redis.AcquireOn(ctx, c, k, "you", time.Millisecond/2) // rounds up to 1ms, not PX 0
+	r, err = redis.AcquireOn(ctx, c, k, "you", time.Millisecond/2, redis.TokenSeedFromClock) // rounds up to 1ms, not PX 0
 	if err != nil || !r.Acquired || r.Token != big+1 {
 		t.Fatalf("AcquireOn after raise = %+v, %v; want token %d", r, err, big+1)
 	}
-	// A corrupt counter fails the acquire and leaves no lock behind.
+	// Both rules: an existing counter ahead of the clock just increments,
+	// exactly past 2^53; a counter behind the clock jumps to it only with
+	// TokenAtLeastClock.
 	time.Sleep(5 * time.Millisecond)
-	if err := c.Set(ctx, k.Counter, "not a number", 0).Err(); err != nil {
-		t.Fatal(err)
+	r, err = redis.AcquireOn(ctx, c, k, "me", time.Millisecond, redis.TokenAtLeastClock)
+	if err != nil || !r.Acquired || r.Token != big+2 {
+		t.Fatalf("AcquireOn(TokenAtLeastClock) with a counter ahead of the clock = %+v, %v; want %d", r, err, big+2)
 	}
-	if _, err := redis.AcquireOn(ctx, c, k, "me", time.Minute); err == nil {
-		t.Fatal("AcquireOn with a corrupt counter succeeded")
+	for _, tc := range []struct {
+		rule redis.TokenRule
+		name string
+		jump bool
+	}{{redis.TokenSeedFromClock, "TokenSeedFromClock", false}, {redis.TokenAtLeastClock, "TokenAtLeastClock", true}} {
+		time.Sleep(5 * time.Millisecond)
+		if err := c.Set(ctx, k.Counter, "7", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		r, err = redis.AcquireOn(ctx, c, k, "me", time.Millisecond, tc.rule)
+		if err != nil || !r.Acquired {
+			t.Fatalf("%s: AcquireOn = %+v, %v", tc.name, r, err)
+		}
+		if jumped := int64(r.Token) >= before; jumped != tc.jump || (!tc.jump && r.Token != 8) {
+			t.Fatalf("%s: a counter of 7 behind the clock gave token %d", tc.name, r.Token)
+		}
 	}
-	if n := c.Exists(ctx, k.Lock).Val(); n != 0 {
-		t.Fatal("a failed acquire left its lock behind")
+	// A corrupt counter fails the acquire and leaves no lock behind.
+	for _, rule := range []redis.TokenRule{redis.TokenAtLeastClock, redis.TokenSeedFromClock} {
+		time.Sleep(5 * time.Millisecond)
+		if err := c.Set(ctx, k.Counter, "not a number", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := redis.AcquireOn(ctx, c, k, "me", time.Minute, rule); err == nil {
+			t.Fatalf("AcquireOn (rule %d) with a corrupt counter succeeded", rule)
+		}
+		if n := c.Exists(ctx, k.Lock).Val(); n != 0 {
+			t.Fatalf("a failed acquire (rule %d) left its lock behind", rule)
+		}
 	}
 }
 
@@ -753,8 +782,9 @@ func TestOpen(t *testing.T) {
 	}
 }
 
-// The declared caveat, shown: a restart without persistence forgets held
-// locks and restarts the token counter.
+// A restart without persistence forgets held locks (the declared caveat),
+// but not the token order: the counter is gone, and the next token comes
+// from the server's clock, above every token handed out before.
 func TestRestartLosesLocks(t *testing.T) {
 	srv := testserver.Redis(t) // no appendonly: nothing survives a restart
 	ctx := t.Context()
@@ -781,8 +811,8 @@ func TestRestartLosesLocks(t *testing.T) {
 	if err != nil {
 		t.Fatalf("after a restart without persistence the old lock should be gone: %v", err)
 	}
-	if ls.Token() > last.Token() {
-		t.Fatalf("token %d after the restart; expected the counter to have restarted (previous %d)", ls.Token(), held.Token())
+	if ls.Token() <= held.Token() || held.Token() <= last.Token() {
+		t.Fatalf("tokens went %d, %d, then %d after the restart; want strictly increasing", last.Token(), held.Token(), ls.Token())
 	}
 	if !b.Guarantees().RestartLosesLocks {
 		t.Fatal("Guarantees().RestartLosesLocks is false")

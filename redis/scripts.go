@@ -26,11 +26,14 @@ var (
 	releaseSrc string
 	//go:embed lua/raise.lua
 	raiseSrc string
+	//go:embed lua/extend.lua
+	extendSrc string
 
 	acquireScript = goredis.NewScript(acquireSrc)
 	refreshScript = goredis.NewScript(refreshSrc)
 	releaseScript = goredis.NewScript(releaseSrc)
 	raiseScript   = goredis.NewScript(raiseSrc)
+	extendScript  = goredis.NewScript(extendSrc)
 )
 
 // DefaultPrefix is the key prefix used when WithKeyPrefix is not given.
@@ -81,11 +84,31 @@ type AcquireResult struct {
 // a pipeline), and neither retries nor validates. The single-Redis backend is built on them;
 // the Redlock backend runs them on each of its nodes.
 
+// TokenRule says how the acquire script turns the counter into a token.
+type TokenRule int
+
+const (
+	// TokenAtLeastClock makes the token max(counter+1, the server's TIME in
+	// µs). A node that restarted without its counter, or a replica promoted
+	// with a lagging one, still hands out a token larger than any before,
+	// as long as server clocks differ by less than the restart or failover
+	// took. The single-Redis backend uses it.
+	TokenAtLeastClock TokenRule = iota
+	// TokenSeedFromClock INCRs the counter and seeds a missing one from
+	// TIME: counters of healthy nodes move in step (Redlock's quorum then
+	// agrees on the token), and a node that lost its counter jumps ahead.
+	TokenSeedFromClock
+)
+
 // AcquireOn runs the acquire script: SET k.Lock owner NX PX ttl and, only if
-// that succeeded, INCR k.Counter, returning the counter as the token. When
+// that succeeded, advance k.Counter by rule, returning it as the token. When
 // the lock is held it returns the holder's PTTL instead.
-func AcquireOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration) (AcquireResult, error) {
-	v, err := acquireScript.Run(ctx, c, []string{k.Lock, k.Counter}, owner, millis(ttl)).Slice()
+func AcquireOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration, rule TokenRule) (AcquireResult, error) {
+	always := "1"
+	if rule == TokenSeedFromClock {
+		always = "0"
+	}
+	v, err := acquireScript.Run(ctx, c, []string{k.Lock, k.Counter}, owner, millis(ttl), always).Slice()
 	if err != nil {
 		return AcquireResult{}, fmt.Errorf("acquire script: %w", err)
 	}
@@ -139,6 +162,33 @@ func RaiseTokenOn(ctx context.Context, c goredis.Scripter, k Keys, owner string,
 		return false, fmt.Errorf("raise script: %w", err)
 	}
 	return n == 1, nil
+}
+
+// Extended is the outcome of ExtendOn on one node.
+type Extended int
+
+// ExtendOn outcomes.
+const (
+	ExtendHeldByOther Extended = iota // someone else holds the lock: nothing changed
+	ExtendRenewed                     // it was ours and is extended
+	ExtendRetaken                     // it was missing and is ours again
+)
+
+// ExtendOn runs Redlock's repairing refresh: PEXPIRE k.Lock ttl if it holds
+// owner; if k.Lock is missing, SET it to owner for ttl and raise k.Counter
+// to at least token.
+func ExtendOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration, token distlock.Token) (Extended, error) {
+	if token < 0 {
+		return 0, errors.New("extend script: negative token")
+	}
+	n, err := extendScript.Run(ctx, c, []string{k.Lock, k.Counter}, owner, millis(ttl), strconv.FormatInt(int64(token), 10)).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("extend script: %w", err)
+	}
+	if n < 0 || n > 2 {
+		return 0, fmt.Errorf("extend script: unexpected reply %d", n)
+	}
+	return Extended(n), nil
 }
 
 // millis converts a TTL to whole milliseconds, rounding up so that a
