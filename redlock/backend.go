@@ -33,7 +33,18 @@ type backend struct {
 }
 
 // handle is a Grant's Handle: Lease.As(*redis.Keys) reaches the lock's keys.
-type handle struct{ keys redis.Keys }
+type handle struct {
+	keys redis.Keys
+
+	// guarding is the set of nodes known to have held the lock without a
+	// break since the grant: confirmed by phase 2 or a refresh, or out of
+	// reach since (an unreachable node grants nobody else). Refresh may
+	// take the lock back where it is missing only while a majority of
+	// these never lost it; otherwise another client could have held a
+	// majority in between. Lease calls are serialised; mu is for -race.
+	mu       sync.Mutex
+	guarding []bool
+}
 
 func (h *handle) As(target any) bool {
 	if p, ok := target.(*redis.Keys); ok {
@@ -207,7 +218,7 @@ func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.G
 	defer decide(false) // any early return is a failure
 	ch, dones := b.fanOut(ctx, b.all(), nt,
 		func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
-			r, err := redis.AcquireOn(ctx, c, k, req.Owner, req.TTL)
+			r, err := redis.AcquireOn(ctx, c, k, req.Owner, req.TTL, redis.TokenSeedFromClock)
 			results[i] = r
 			return r.Acquired, err
 		},
@@ -275,7 +286,11 @@ func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.G
 	decide(true)
 	// The portable deadline is start + TTL − drift: every node's lock was
 	// set after start, so it lasts at least that long by the nodes' clocks.
-	return distlock.Grant{Token: token, Start: start, Validity: req.TTL, Handle: &handle{keys: k}}, nil
+	guarding := make([]bool, n)
+	for _, i := range t2.yes {
+		guarding[i] = true
+	}
+	return distlock.Grant{Token: token, Start: start, Validity: req.TTL, Handle: &handle{keys: k, guarding: guarding}}, nil
 }
 
 // releaseNode gives node i's lock back after a failed attempt, even when the
@@ -305,23 +320,74 @@ func (b *backend) notAcquired(key string, t tally, results []redis.AcquireResult
 }
 
 func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Duration) (time.Duration, error) {
+	h, ok := g.Handle.(*handle)
+	if !ok {
+		return 0, fmt.Errorf("%w: redlock: the grant was not made by this backend", distlock.ErrInvalidOption)
+	}
 	start := time.Now()
-	k := redis.KeysFor(b.prefix, g.Key)
 	nt := b.timeout(ttl)
 	n := len(b.nodes)
-	ch, _ := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
-		return redis.RefreshOn(ctx, c, k, g.Owner, ttl)
+	results := make([]redis.Extended, n) // written before the reply is sent
+	// Extend where the lock is ours, take it back where it is missing: a
+	// lease that holds exactly a majority would otherwise die with any one
+	// node of it, contrary to the failures Redlock tolerates.
+	ch, _ := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
+		r, err := redis.ExtendOn(ctx, c, h.keys, g.Owner, ttl, g.Token)
+		results[i] = r
+		return r != redis.ExtendHeldByOther, err
 	}, nil)
-	t := gather(ctx, ch, n, b.quorum, deadline(nt))
-	switch {
-	case t.ctxErr != nil:
+	// Wait for every node (up to the node timeout), not just a quorum: a
+	// repairing call still on its way could otherwise land after a Release
+	// and take a node back for a whole TTL.
+	t := gather(ctx, ch, n, 0, deadline(nt))
+	if t.ctxErr != nil {
 		return 0, t.ctxErr
-	case len(t.no) > n-b.quorum:
-		return 0, fmt.Errorf("redlock: %q: not ours on %d of %d nodes: %w", g.Key, len(t.no), n, distlock.ErrNotHeld)
-	case len(t.yes) < b.quorum:
+	}
+	h.mu.Lock()
+	unbroken, retaken := 0, 0
+	for i := range n {
+		if _, failed := t.failed[i]; failed || !t.answered[i] {
+			if h.guarding[i] {
+				unbroken++
+			}
+			continue
+		}
+		switch results[i] {
+		case redis.ExtendRenewed:
+			if h.guarding[i] {
+				unbroken++
+			}
+		case redis.ExtendRetaken:
+			retaken++
+		}
+	}
+	if unbroken < b.quorum {
+		// The lock vanished from so many nodes that a majority was free at
+		// some point: it may have had another holder since. Give back what
+		// this refresh holds rather than carry on.
+		h.mu.Unlock()
+		for _, i := range t.yes {
+			b.wg.Add(1)
+			go func() {
+				defer b.wg.Done()
+				b.releaseNode(ctx, i, h.keys, g.Owner, nt)
+			}()
+		}
+		return 0, fmt.Errorf("redlock: %q: held without a break on %d of %d nodes (need %d), taken back on %d, someone else's on %d: %w",
+			g.Key, unbroken, n, b.quorum, retaken, len(t.no), distlock.ErrNotHeld)
+	}
+	if len(t.yes) < b.quorum {
+		h.mu.Unlock()
 		return 0, fmt.Errorf("%w: %q: refreshed on %d of %d nodes (need %d)%s",
 			ErrNoQuorum, g.Key, len(t.yes), n, b.quorum, b.summary(t))
 	}
+	for i := range n {
+		if _, failed := t.failed[i]; failed || !t.answered[i] {
+			continue // keeps its place: an unreachable node grants nobody
+		}
+		h.guarding[i] = results[i] != redis.ExtendHeldByOther
+	}
+	h.mu.Unlock()
 	if elapsed, valid := time.Since(start), ttl-b.drift(ttl); elapsed >= valid {
 		return 0, fmt.Errorf("redlock: %q: refresh took %v, more than the validity %v", g.Key, elapsed, valid)
 	}
