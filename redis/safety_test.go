@@ -1,0 +1,96 @@
+package redis_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/internal/testutil"
+	"github.com/distlock/distlock/redis"
+)
+
+// loseReply is a go-redis hook that lets the next script call run on the
+// server and then loses its reply: the caller sees a timeout, as it would
+// when a reply is dropped or delayed past its deadline.
+type loseReply struct{ armed atomic.Bool }
+
+func (h *loseReply) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h *loseReply) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+func (h *loseReply) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		name := cmd.Name()
+		if (name != "evalsha" && name != "eval") || !h.armed.CompareAndSwap(true, false) {
+			return next(ctx, cmd)
+		}
+		_ = next(context.WithoutCancel(ctx), cmd)
+		cmd.SetErr(context.DeadlineExceeded)
+		return context.DeadlineExceeded
+	}
+}
+
+// An acquire whose reply is lost must not strand the key for its TTL: the
+// portable layer gives the attempt back, owner-checked. Before, the next
+// client waited out the whole TTL for a key nobody held.
+func TestLostAcquireReplyDoesNotStrandKey(t *testing.T) {
+	srv := testserver.Redis(t)
+	const key, ttl = "lost-reply", 10 * time.Second
+	hook := &loseReply{}
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	c.AddHook(hook)
+	a, err := redis.New(c, redis.WithCloseClient(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b := newLocker(t, srv.Addr())
+	// Load the scripts, so the lost call is the EVALSHA that runs one.
+	if ls, err := b.TryAcquire(t.Context(), key); err != nil {
+		t.Fatal(err)
+	} else if err := ls.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, call := range []string{"TryAcquire", "Acquire"} {
+		hook.armed.Store(true)
+		var err error
+		if call == "TryAcquire" {
+			_, err = a.TryAcquire(t.Context(), key, distlock.WithTTL(ttl))
+		} else {
+			_, err = a.Acquire(t.Context(), key, distlock.WithTTL(ttl))
+		}
+		if err == nil || hook.armed.Load() {
+			t.Fatalf("%s: the reply was not lost (err %v)", call, err)
+		}
+		lostAt := time.Now()
+		ctx, cancel := context.WithTimeout(t.Context(), ttl/2)
+		ls, err := b.Acquire(ctx, key, distlock.WithTTL(ttl))
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: the key stayed stranded by the attempt whose reply was lost (TTL %v): %v", call, ttl, err)
+		}
+		// Generous: the give-back lands within a round trip or two.
+		if took := time.Since(lostAt); took > 2*time.Second {
+			t.Fatalf("%s: the next client got the key %v after the lost reply (TTL %v)", call, took, ttl)
+		}
+		if err := ls.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestReleaseWithDeadServer(t *testing.T) {
+	srv := testserver.Redis(t)
+	const rt = time.Second
+	l := newLocker(t, srv.Addr(), distlock.WithReleaseTimeout(rt))
+	testutil.CheckReleaseWithDeadServer(t, l, "dead", rt, func() {
+		if err := srv.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
