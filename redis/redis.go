@@ -6,13 +6,14 @@
 // # How it works
 //
 // Acquire is one round trip: a Lua script runs SET lock owner NX PX ttl and,
-// only if that succeeded, INCR of a per-key counter that never expires; the
-// counter is the fencing token. When the key is held the script returns the
-// holder's PTTL instead, which bounds the fallback poll of a waiter. Refresh
-// (PEXPIRE) and release (DEL, then PUBLISH a release notice) are Lua
-// scripts that first compare the stored owner value, a random 128-bit value
-// unique to each lease. Scripts are called with EVALSHA and fall back to EVAL
-// on NOSCRIPT (after SCRIPT FLUSH, a restart or a failover).
+// only if that succeeded, advances a per-key counter that never expires to
+// max(counter + 1, the server's TIME in microseconds); the counter is the
+// fencing token. When the key is held the script returns the holder's PTTL
+// instead, which bounds the fallback poll of a waiter. Refresh (PEXPIRE) and
+// release (DEL, then PUBLISH a release notice) are Lua scripts that first
+// compare the stored owner value, a random 128-bit value unique to each
+// acquire attempt. Scripts are called with EVALSHA and fall back to EVAL on
+// NOSCRIPT (after SCRIPT FLUSH, a restart or a failover).
 //
 // Waiters are woken by the release's PUBLISH, through one shared pub/sub
 // connection per Locker (see [Notifier]); a notice that is lost only delays
@@ -32,17 +33,26 @@
 //
 // # Guarantees
 //
-// Mutual exclusion and strictly increasing tokens hold while the one Redis
-// server keeps its data. They do not survive a failover to a replica that
-// had not received the latest writes, nor a restart that loses writes
-// (anything short of appendonly with appendfsync always): locks can be lost
-// and tokens repeated. [WithWaitReplicas] narrows the failover window by running WAIT
-// after each acquire and refresh (WAIT does not make Redis strongly
-// consistent). A maxmemory-policy of allkeys-* can evict the token counter,
-// which restarts tokens at 1; the backend checks the policy when it starts
-// and warns, or refuses with [WithEvictionCheck]. volatile-* policies can
-// evict held locks early (the token still increases, so a fenced resource
-// stays safe). Locks are not FIFO: any waiter may win after a release.
+// Mutual exclusion holds while the one Redis server keeps its data. It does
+// not survive a failover to a replica that had not received the latest
+// writes, nor a restart that loses writes (anything short of appendonly with
+// appendfsync always): a held lock can then be lost, and a second client
+// can acquire while the first still believes it holds the key.
+//
+// Fencing tokens strictly increase across those events too, under one
+// assumption: the clocks of the servers that serve a key (a master and the
+// replicas that may replace it) differ by less than a restart or failover
+// takes, and do not step back across it. A restarted server that lost the
+// counter, or a promoted replica whose counter lags, seeds the next token
+// from its clock in microseconds, which is past every token handed out
+// before. So a guarded resource (package fencing) still refuses the writes
+// of a holder whose lock was lost that way. [WithWaitReplicas] narrows the
+// failover window by running WAIT after each acquire and refresh (WAIT does
+// not make Redis strongly consistent). A maxmemory-policy of allkeys-* can
+// evict the token counter; the next token then still comes from the clock,
+// but the backend checks the policy when it starts and warns, or refuses
+// with [WithEvictionCheck]. volatile-* policies can evict held locks early.
+// Locks are not FIFO: any waiter may win after a release.
 //
 // # For Redlock and other multi-node backends
 //
@@ -331,13 +341,14 @@ func (h *handle) As(target any) bool {
 
 var guarantees = distlock.Guarantees{
 	Backend:           "redis",
-	TokenSource:       "INCR of a per-key counter that never expires (same Lua script as SET NX PX)",
+	TokenSource:       "per-key counter that never expires, advanced to max(counter+1, server TIME in µs) in the same Lua script as SET NX PX",
 	Wait:              distlock.WaitNotify,
 	FailuresTolerated: 0,
 	RestartLosesLocks: true,
 	Notes: []string{
-		"a failover to a lagging replica, or a restart without appendfsync always, can lose locks and repeat tokens; WithWaitReplicas runs WAIT after each acquire and refresh to narrow the failover window",
-		"maxmemory-policy allkeys-* can evict the token counter (tokens restart); the backend warns, or refuses with WithEvictionCheck(EvictionRefuse)",
+		"a failover to a lagging replica, or a restart without appendfsync always, can lose held locks; WithWaitReplicas runs WAIT after each acquire and refresh to narrow the failover window",
+		"tokens still increase across restarts and failovers while server clocks differ by less than the restart or failover takes (a lost or lagging counter restarts from the server's clock in µs)",
+		"maxmemory-policy allkeys-* can evict the token counter; the backend warns, or refuses with WithEvictionCheck(EvictionRefuse)",
 		"waiters are woken by pub/sub, not in FIFO order",
 	},
 }

@@ -777,7 +777,7 @@ func TestOpen(t *testing.T) {
 	}
 	g := l.Guarantees()
 	if g.Backend != "redis" || g.Wait != distlock.WaitNotify || !g.RestartLosesLocks || g.FailuresTolerated != 0 ||
-		!strings.Contains(g.TokenSource, "INCR") {
+		!strings.Contains(g.TokenSource, "TIME") {
 		t.Fatalf("Guarantees = %+v", g)
 	}
 }

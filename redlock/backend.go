@@ -58,7 +58,7 @@ func (b *backend) Guarantees() distlock.Guarantees {
 	n := len(b.nodes)
 	return distlock.Guarantees{
 		Backend:           "redlock",
-		TokenSource:       "quorum-ordered: max of the majority's INCR counters, raised on a majority in phase 2",
+		TokenSource:       "quorum-ordered: max of the majority's counters (INCR, a missing one seeded from server TIME in µs), raised on a majority in phase 2",
 		Wait:              distlock.WaitNotify,
 		FailuresTolerated: (n - 1) / 2,
 		ClockDependent:    true,
@@ -66,7 +66,8 @@ func (b *backend) Guarantees() distlock.Guarantees {
 		Notes: []string{
 			fmt.Sprintf("%d nodes, quorum %d: a lock is held while a majority holds it", n, b.quorum),
 			"mutual exclusion depends on bounded clock drift between the nodes; a clock jump on a node can free a lock early, and the fencing token (larger for any later majority) is then what protects the resource",
-			"nodes must not lose writes: run them with appendfsync always, or keep a crashed node down for at least the longest TTL before it rejoins",
+			"a node restarted without its data loses the locks it held: run nodes with appendfsync always, or keep a crashed node down for at least the longest TTL before it rejoins; held leases take the lock back on it",
+			"tokens keep increasing across restarts without fsync while node clocks differ by less than a node's downtime",
 			"waiters are woken by pub/sub release notices from any node, not in FIFO order",
 		},
 	}

@@ -32,8 +32,16 @@
 // nodes answered. A straggler that says yes after a successful acquire keeps
 // the lock for this lease: Refresh and Unlock go to every node anyway.
 //
-// Refresh extends the lock on every node and succeeds only when a quorum
-// confirmed it within the validity; Unlock goes to every node (each release
+// Refresh extends the lock on every node where it is ours and takes it back
+// (SET, and the counter raised to the lease's token) where it is missing, so
+// a lease granted by exactly a majority survives the loss of a node of it.
+// It takes a node back only while a majority of the nodes that held the lock
+// never lost it (a node out of reach counts as still holding it, since it
+// grants nobody else): otherwise a majority was free at some moment and
+// another client could have held the key, and the lease is reported lost.
+// It waits for every node, up to the node timeout, so that no repairing call
+// can land after a Release; it succeeds only when a quorum confirmed it
+// within the validity; Unlock goes to every node (each release
 // publishes the node's release notice) and waits for all of them, up to the
 // node timeout, so that a TryAcquire right after a Release does not find the
 // old lock on a slower node. Waiters subscribe to the release
@@ -54,6 +62,15 @@
 // than T. A node where A's raise was refused (the lock had expired or
 // someone else held it) is simply not in M.
 //
+// If x restarted without persistence in between, its counter is gone; the
+// acquire script then seeds it from x's clock in microseconds (an existing
+// counter is only INCRed, so the counters of healthy nodes move in step).
+// Every counter was itself seeded from a clock and has grown by one per
+// grant since, far slower than a microsecond clock; so the seed exceeds T
+// as long as the nodes' clocks differ by less than the time x was down.
+// That holds for rolling restarts and for restarted nodes meeting nodes
+// that missed grants (both tested), without fsync.
+//
 // # Assumptions and guarantees
 //
 // Mutual exclusion needs bounded clock drift: each node expires the lock by
@@ -63,14 +80,14 @@
 // the second client's majority meets the first one's phase-2 majority, so
 // its token is larger (tested by emulating the jump with a DEL on one node).
 //
-// Both mutual exclusion and the token order need nodes that do not lose
-// writes: a node restarted without appendfsync always may forget a lock and
-// a raised counter. Either run the nodes with fsync, or keep a crashed node
-// down for at least the longest TTL in use (the "delayed restart" of the
-// Redlock description), during which it is one of the ⌊(N−1)/2⌋ failures
-// tolerated. The counters never expire; a maxmemory-policy of allkeys-*
-// could evict them (this backend does not check the policy; see package
-// redis).
+// Mutual exclusion also needs nodes that do not lose a held lock: a node
+// restarted without appendfsync always forgets it. Either run the nodes with
+// fsync, or keep a crashed node down for at least the longest TTL in use
+// (the "delayed restart" of the Redlock description), during which it is
+// one of the ⌊(N−1)/2⌋ failures tolerated; a held lease takes the lock back
+// on it when it returns. The token order needs neither, only the clock bound
+// above. The counters never expire; a maxmemory-policy of allkeys-* could
+// evict them (this backend does not check the policy; see package redis).
 //
 // Waiters are woken by release notices, not in FIFO order.
 //
