@@ -26,6 +26,7 @@ type relay struct {
 	conns   map[net.Conn]struct{}
 	hold    chan struct{} // non-nil: new connections wait until it is closed
 	swallow bool          // drop server→client bytes
+	mute    bool          // drop client→server bytes
 	wg      sync.WaitGroup
 }
 
@@ -111,8 +112,24 @@ func (r *relay) serve(client net.Conn) {
 		return
 	}
 	go func() {
-		_, _ = io.Copy(server, client)
-		server.Close()
+		defer server.Close()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := client.Read(buf)
+			if n > 0 {
+				r.mu.Lock()
+				drop := r.mute
+				r.mu.Unlock()
+				if !drop {
+					if _, werr := server.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
 	}()
 	// The first frame from the server is the connect response.
 	var hdr [4]byte
@@ -190,6 +207,15 @@ func (r *relay) holdNew() (release func()) {
 func (r *relay) setSwallow(on bool) {
 	r.mu.Lock()
 	r.swallow = on
+	r.mu.Unlock()
+}
+
+// setBlackhole starts or stops dropping the bytes both ways, on the open
+// connections and on new ones, which stay open: a silent partition, which
+// neither end notices but by its own timeouts.
+func (r *relay) setBlackhole(on bool) {
+	r.mu.Lock()
+	r.swallow, r.mute = on, on
 	r.mu.Unlock()
 }
 

@@ -29,14 +29,17 @@ func newEpoch(id, prev int64) *epoch {
 	return &epoch{id: id, prev: prev, lost: make(chan struct{})}
 }
 
-// sessionState maps the session's events to the leases: expiry, or a
-// connection down for longer than the grace, closes the current epoch.
+// sessionState maps the session's events to the leases: expiry, a
+// connection down for longer than the grace, or (with Dial) a server
+// unheard from for the silence bound closes the current epoch.
 type sessionState struct {
 	b       *backend
 	mu      sync.Mutex
 	cur     *epoch
 	down    bool        // the connection is down and the grace timer runs
 	timer   *time.Timer // the grace timer
+	silence *time.Timer // the silence timer (Dial only): see link
+	granted time.Duration
 	held    map[*node]struct{}
 	stopped bool
 }
@@ -97,6 +100,7 @@ func (s *sessionState) connected(id int64) {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
+	s.watchSilence()
 	switch {
 	case s.cur.closed:
 		// Lost by the grace, or expired: start afresh (same id if the
@@ -129,17 +133,65 @@ func (s *sessionState) disconnected() {
 	}
 	s.down = true
 	ep := s.cur
-	if s.b.grace <= 0 {
+	grace := s.b.disconnectGrace()
+	if grace <= 0 {
 		s.end(ep, true)
 		return
 	}
-	s.timer = time.AfterFunc(s.b.grace, func() {
+	// The silence timer, not this one, bounds a silent link: go-zookeeper
+	// notices one only two thirds of the session timeout after the server
+	// last spoke, and later still if a write hangs.
+	s.timer = time.AfterFunc(grace, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.down && s.cur == ep && !s.stopped {
 			s.end(ep, true)
 		}
 	})
+}
+
+// watchSilence (re)arms the silence timer at a new session or connection,
+// and notes a change of the granted timeout. Without a link (New, or a
+// dialer of the caller's) it does nothing.
+func (s *sessionState) watchSilence() {
+	l := s.b.link
+	if l == nil || l.granted() == 0 || s.stopped {
+		return
+	}
+	if g := l.granted(); g != s.granted {
+		if g != s.b.timeout {
+			s.b.log(slog.LevelWarn, "the server granted a session timeout other than the one asked for; the loss notice follows the granted one",
+				"asked", s.b.timeout, "granted", g)
+		}
+		s.granted = g
+	}
+	if s.silence == nil {
+		s.silence = time.AfterFunc(l.silenceLeft(), s.silent)
+	} else {
+		s.silence.Reset(l.silenceLeft())
+	}
+}
+
+// silent runs when the server may have gone unheard from for the silence
+// bound. The timer is lazy: each reply only moves the link's clock, and the
+// timer, on firing, sleeps again until the bound counted from the newest
+// reply. Once the bound has passed, the leases are reported lost and the
+// connection dropped; the next connection re-arms the timer.
+func (s *sessionState) silent() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return
+	}
+	l := s.b.link
+	if left := l.silenceLeft(); left > 0 {
+		s.silence.Reset(left)
+		return
+	}
+	s.b.log(slog.LevelDebug, "no answer from the server for two thirds of the session timeout; dropping the connection",
+		"granted", l.granted())
+	s.end(s.cur, true)
+	l.drop()
 }
 
 // end closes an epoch's leases. A lease lost by the grace may still exist
@@ -161,7 +213,8 @@ func (s *sessionState) end(ep *epoch, maybeAlive bool) {
 		}
 	}
 	if maybeAlive {
-		s.b.log(slog.LevelWarn, "connection down past the disconnect grace; leases reported lost", "grace", s.b.grace)
+		s.b.log(slog.LevelWarn, "connection down past the disconnect grace, or the server silent too long; leases reported lost",
+			"grace", s.b.disconnectGrace())
 	} else {
 		s.b.log(slog.LevelWarn, "session expired; leases lost", "session", ep.id)
 	}
@@ -218,6 +271,9 @@ func (s *sessionState) stop() {
 	s.stopped = true
 	if s.timer != nil {
 		s.timer.Stop()
+	}
+	if s.silence != nil {
+		s.silence.Stop()
 	}
 }
 

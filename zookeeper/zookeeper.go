@@ -36,22 +36,82 @@
 // # Session states and Lease.Done
 //
 // A lease's Done channel closes (Err matching distlock.ErrLeaseLost) when
-//   - the session expires: every lease of the session is lost; or
+//   - the session expires: every lease of the session is lost;
 //   - the connection has been down for the disconnect grace (see
-//     WithDisconnectGrace; default a quarter of the session timeout). The
-//     client notices a silent server only after two thirds of the session
-//     timeout, so by grace's end the server may be about to expire the
-//     session and hand the lock to the next waiter. A lease reported lost
-//     this way whose session survives is deleted on reconnection.
+//     WithDisconnectGrace); or
+//   - with Dial, the server has answered nothing for two thirds of the
+//     session timeout it granted (the silence bound).
 //
-// While the connection is down but within the grace, the lease is at risk
-// and Done stays open. go-zookeeper pauses about a second before it retries
-// a server list it has gone through, so with a single server (or short
-// session timeouts) a grace under a second turns every reconnection into a
-// reported loss. These signals need the session's events: [Dial]
-// receives them itself; with [New] pass the event channel from zk.Connect
-// through [WithEvents]. Without events Done closes only when a Refresh
-// (Do and WithAutoRenew refresh every TTL/3) finds the znode gone.
+// A lease reported lost while its session survives is deleted on
+// reconnection. While the connection is down but within these bounds, the
+// lease is at risk and Done stays open.
+//
+// # Loss notice before takeover
+//
+// Done closes before the server can expire the session and grant the lock
+// to another client. The server expires a session no sooner than its
+// timeout after the last request it received from it, and the timeout that
+// counts is the one the server granted: it clamps the one asked for into
+// its [minSessionTimeout, maxSessionTimeout] (by default 2 and 20 ticks,
+// 4 s and 40 s with the stock tickTime). Dial watches its connections (it
+// wraps go-zookeeper's dialer): it reads the granted timeout T off the
+// connect response of every connection, and, since a session's requests
+// are answered in order, the send time t0 of the newest request the server
+// has answered; the server heard from the session at t0 or later. The
+// worst case, a link that goes silent:
+//
+//	t0          the client sends a request (a ping goes every T/3 at least)
+//	            whose reply is the last it hears
+//	t0 + 2T/3   Done closes (the silence bound) and the backend drops the
+//	            connection, as go-zookeeper itself would: its read timeout
+//	            is 2T/3 after the last reply
+//	t0 + T      at the earliest, the server expires the session, deletes
+//	            the lock znode, and the next waiter is granted the lock
+//
+// The last third of T is left for the client's timer lateness (scheduling,
+// GC). A holder paused for longer, or a client clock running slow against
+// the server's, is beyond any notice: fencing tokens are for that. The
+// disconnect grace counts from go-zookeeper's disconnect event, which for a
+// broken link (reset, refused, closed by the server) comes at once and for
+// a silent one only at t0 + 2T/3 or later; it lets a lease survive a quick
+// reconnection and never extends the silence bound. Its default is T/4 of
+// the granted timeout, updated with each session. Dial refuses a
+// WithDisconnectGrace of 2T/3 or more of the first session's granted
+// timeout: the silence bound would always come first, so such a grace would
+// promise a tolerance that cannot be had; should a later session be granted
+// less, the silence bound clamps the grace.
+//
+// In an ensemble, a follower cut off from the leader goes on answering its
+// clients' pings for up to syncLimit·tickTime (until it notices the
+// leader's silence and drops them), while the leader, which expires
+// sessions, learns of the client's pings only from the follower's answers
+// to its own, every tickTime/2, and so no more after the cut; the last one
+// it learnt of may be T/3 old. The notice stays ahead of the leader if
+//
+//	syncLimit·tickTime + tickTime/2 + min(grace, 2T/3) < 2T/3
+//
+// that is, with the default grace, syncLimit·tickTime + tickTime/2 under
+// 5T/12: with the stock tickTime=2s and syncLimit=5, a session timeout of
+// at least 27 s (and maxSessionTimeout to match).
+//
+// With New the backend cannot see the caller's connection: neither the
+// granted timeout nor the server's last answer, only the disconnect event,
+// which for a silent link comes 2T/3 after the last reply, and later if a
+// write hangs. Its grace therefore defaults to zero, which puts the notice
+// about where Dial's silence bound is. A nonzero grace needs
+// WithSessionTimeout, which must then be the granted timeout (or less), and
+// must be under a third of it (2T/3 + grace < T): what is left of that
+// third must cover the last reply's round trip and the lateness of events
+// and timers. Dial behaves as New, and refuses a nonzero grace, if a
+// zk.WithDialer in WithConnOptions replaces its dialer.
+//
+// go-zookeeper pauses about a second before it retries a server list it has
+// gone through, so with a single server (or short session timeouts) a grace
+// under a second turns every reconnection into a reported loss. These
+// signals need the session's events: [Dial] receives them itself; with
+// [New] pass the event channel from zk.Connect through [WithEvents].
+// Without events Done closes only when a Refresh (Do and WithAutoRenew
+// refresh every TTL/3) finds the znode gone.
 //
 // It requires ZooKeeper 3.5.3 or newer (container znodes).
 package zookeeper
@@ -61,6 +121,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -118,9 +179,10 @@ type (
 )
 
 // WithSessionTimeout sets the session timeout. Dial asks the server for it
-// (default 10s; the server clamps it into its own [min, max] range, which
-// must include it for the disconnect grace to be right). With New, pass the
-// timeout the *zk.Conn was made with: it sets the default disconnect grace.
+// (default 10s); the server clamps it into its own [min, max] range, and
+// Dial's loss notice follows the timeout the server granted. With New, pass
+// the timeout the server granted the *zk.Conn (or less): it bounds the
+// disconnect grace.
 func WithSessionTimeout(d time.Duration) distlock.Option {
 	if d <= 0 || d > distlock.MaxTTL {
 		return distlock.InvalidOption("zookeeper: session timeout %v out of range", d)
@@ -128,12 +190,14 @@ func WithSessionTimeout(d time.Duration) distlock.Option {
 	return distlock.BackendOption(sessionTimeoutKey{}, d)
 }
 
-// WithDisconnectGrace sets how long the connection may stay down before the
-// session's leases are reported lost. Default: a quarter of the session
-// timeout with Dial, or with New and WithSessionTimeout; zero with New
-// otherwise. Zero reports the loss at the first disconnect, as Curator
-// recommends for locks. Values of a third of the session timeout or more
-// let the server expire the session before Done closes.
+// WithDisconnectGrace sets how long after a disconnection the session's
+// leases are reported lost unless the client is back in the session. Zero
+// reports the loss at the first disconnect, as Curator recommends for
+// locks. With Dial the default is a quarter of the granted session timeout
+// T, and a grace of 2T/3 or more is refused: whatever the grace, Dial
+// reports the loss once the server has been silent for 2T/3. With New the
+// default is zero, and a nonzero grace needs WithSessionTimeout and must be
+// under a third of it. See the package documentation for why.
 func WithDisconnectGrace(d time.Duration) distlock.Option {
 	if d < 0 {
 		return distlock.InvalidOption("zookeeper: disconnect grace %v is negative", d)
@@ -206,9 +270,9 @@ func Dial(ctx context.Context, servers []string, opts ...distlock.Option) (distl
 }
 
 // New returns a Locker on conn, a session the caller made with zk.Connect
-// and still owns: Close leaves it open. Pass WithEvents (and
-// WithSessionTimeout) so that session loss reaches the leases; see the
-// package documentation for what happens without them.
+// and still owns: Close leaves it open. Pass WithEvents so that session
+// loss reaches the leases; see the package documentation for what happens
+// without it, and for what New cannot see of the connection that Dial does.
 func New(conn *zk.Conn, opts ...distlock.Option) (distlock.Locker, error) {
 	b, err := NewBackend(conn, opts...)
 	if err != nil {
@@ -242,8 +306,12 @@ func DialBackend(ctx context.Context, servers []string, opts ...distlock.Option)
 		timeout = d
 	}
 	b := newBackend(o, timeout, true, len(servers))
+	b.link = newLink()
 
-	connOpts := []func(*zk.Conn){zk.WithLogger(zkLogger{o.Logger}), zk.WithLogInfo(false)}
+	// The link's dialer goes first: a caller's zk.WithDialer replaces it,
+	// which is noticed below.
+	connOpts := []func(*zk.Conn){zk.WithLogger(zkLogger{o.Logger}), zk.WithLogInfo(false),
+		zk.WithDialer(b.link.dialer(net.DialTimeout))}
 	if extra, ok := distlock.BackendValue[[]func(*zk.Conn)](o, connOptionsKey{}); ok {
 		connOpts = append(connOpts, extra...)
 	}
@@ -258,12 +326,33 @@ func DialBackend(ctx context.Context, servers []string, opts ...distlock.Option)
 		return nil, fmt.Errorf("%w: zookeeper: %w", distlock.ErrInvalidOption, err)
 	}
 	b.setConn(conn)
+	abort := func() {
+		b.quitOnce.Do(func() { close(b.quit); b.endLife() })
+		b.sess.stop()
+	}
 	select {
 	case <-b.firstSession:
 	case <-ctx.Done():
-		b.quitOnce.Do(func() { close(b.quit); b.endLife() })
+		abort()
 		go conn.Close() // may wait a second for a closeSession that cannot be sent
 		return nil, fmt.Errorf("zookeeper: no session with %s: %w", strings.Join(servers, ","), ctx.Err())
+	}
+	// The first session's connect response passed through the link before
+	// the event that closed firstSession, unless another dialer made it.
+	granted := b.link.granted()
+	if granted == 0 {
+		b.log(slog.LevelWarn, "a dialer in WithConnOptions replaced the one that watches the connection: the granted session timeout is unknown, and leases are reported lost at the first disconnect")
+		if b.graceSet && b.grace > 0 {
+			abort()
+			conn.Close()
+			return nil, fmt.Errorf("%w: zookeeper: disconnect grace %v: with a dialer of its own, Dial cannot see the session timeout the server granted, and no grace above zero can be shown safe",
+				distlock.ErrInvalidOption, b.grace)
+		}
+	} else if b.graceSet && b.grace >= silenceBound(granted) {
+		abort()
+		conn.Close()
+		return nil, fmt.Errorf("%w: zookeeper: disconnect grace %v is not below %v, two thirds of the session timeout the server granted (%v; asked %v): leases are reported lost after that much silence whatever the grace",
+			distlock.ErrInvalidOption, b.grace, silenceBound(granted), granted, timeout)
 	}
 	b.start()
 	return b, nil
@@ -286,6 +375,18 @@ func NewBackend(conn *zk.Conn, opts ...distlock.Option) (distlock.Backend, error
 	if n, ok := distlock.BackendValue[int](o, ensembleSizeKey{}); ok {
 		size = n
 	}
+	// The disconnect event comes 2T/3 after the server's last reply on a
+	// silent link, so a grace of T/3 or more lets the server expire the
+	// session first; without T no grace can be shown safe.
+	if g, ok := distlock.BackendValue[time.Duration](o, graceKey{}); ok && g > 0 {
+		if timeout == 0 {
+			return nil, fmt.Errorf("%w: zookeeper: New with a disconnect grace needs WithSessionTimeout (the timeout the server granted)", distlock.ErrInvalidOption)
+		}
+		if g >= timeout/3 {
+			return nil, fmt.Errorf("%w: zookeeper: disconnect grace %v is not below a third of the session timeout %v: the server could expire the session before the loss is reported",
+				distlock.ErrInvalidOption, g, timeout)
+		}
+	}
 	b := newBackend(o, timeout, false, size)
 	b.setConn(conn)
 	if ch, ok := distlock.BackendValue[<-chan zk.Event](o, eventsKey{}); ok {
@@ -302,10 +403,14 @@ type backend struct {
 	owned   bool // Dial made conn, so Close closes it
 	base    string
 	acl     []zk.ACL
-	timeout time.Duration // session timeout; 0 when unknown (New without WithSessionTimeout)
-	grace   time.Duration
-	logger  *slog.Logger
-	g       distlock.Guarantees
+	timeout time.Duration // session timeout asked (Dial) or declared (New); 0 when unknown
+	grace   time.Duration // the disconnect grace, if graceSet
+	// graceSet: WithDisconnectGrace was given; else the grace derives from
+	// the granted session timeout (Dial) or is zero (New).
+	graceSet bool
+	link     *link // Dial's view of its connections; nil with New
+	logger   *slog.Logger
+	g        distlock.Guarantees
 
 	sess    sessionState
 	janitor janitor
@@ -329,7 +434,6 @@ func newBackend(o distlock.Options, timeout time.Duration, owned bool, ensemble 
 		base:         DefaultBasePath,
 		acl:          zk.WorldACL(zk.PermAll),
 		timeout:      timeout,
-		grace:        timeout / 4,
 		logger:       o.Logger,
 		firstSession: make(chan struct{}),
 		quit:         make(chan struct{}),
@@ -342,7 +446,7 @@ func newBackend(o distlock.Options, timeout time.Duration, owned bool, ensemble 
 		b.acl = acl
 	}
 	if d, ok := distlock.BackendValue[time.Duration](o, graceKey{}); ok {
-		b.grace = d
+		b.grace, b.graceSet = d, true
 	}
 	if n, ok := distlock.BackendValue[int](o, ensembleSizeKey{}); ok {
 		ensemble = n
@@ -359,7 +463,10 @@ func newBackend(o distlock.Options, timeout time.Duration, owned bool, ensemble 
 		Notes: []string{
 			"a lock lives as long as the Locker's session; the TTL only sets the local deadline and Refresh confirms the znode exists",
 			"tolerates the loss of a minority of the ensemble ((n-1)/2 of n servers; FailuresTolerated assumes the server list is the whole ensemble)",
-			"Done closes when the session expires or the connection stays down past the disconnect grace (default a quarter of the session timeout)",
+			"Done closes when the session expires, the connection stays down past the disconnect grace, or (Dial) the server answers nothing for 2/3 of the session timeout it granted (which may be less than the one asked for); the server expires the session no sooner than the full granted timeout after the last request it answered, so Done closes before another client can take the lock, with a third of the timeout to spare for timer lateness",
+			"with New the backend sees neither the granted timeout nor the server's last answer: the grace (default zero) counts from go-zookeeper's disconnect event, 2/3 of the granted timeout into a silent link, and must stay under 1/3 of it",
+			"in an ensemble, a follower cut off from the leader answers its clients for up to syncLimit*tickTime after the leader last heard of them: the notice stays ahead only if syncLimit*tickTime + tickTime/2 + min(grace, 2T/3) < 2T/3, T the session timeout",
+			"a holder process paused longer than a third of the session timeout learns of the loss after the next holder is granted the lock: guard writes with the fencing token",
 			"needs ZooKeeper >= 3.5.3 (container znodes reap empty key directories)",
 		},
 	}
@@ -367,6 +474,19 @@ func newBackend(o distlock.Options, timeout time.Duration, owned bool, ensemble 
 }
 
 func (b *backend) setConn(c *zk.Conn) { b.conn.Store(c) }
+
+// disconnectGrace is the grace for a disconnection that starts now: the
+// one given, or a quarter of the newest session's granted timeout (Dial),
+// or zero when that is unknown (New).
+func (b *backend) disconnectGrace() time.Duration {
+	if b.graceSet {
+		return b.grace
+	}
+	if b.link != nil {
+		return b.link.granted() / 4
+	}
+	return 0
+}
 
 // start runs the janitor, which deletes znodes whose owner gave up on them
 // while the connection was down.

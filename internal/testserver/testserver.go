@@ -482,6 +482,7 @@ type config struct {
 	etcdHeartbeat    time.Duration
 	etcdElection     time.Duration
 	zkTick           time.Duration
+	zkMaxSession     time.Duration // 0: 60 s
 	pgFsync          bool
 }
 
@@ -521,6 +522,10 @@ func WithEtcdTiming(heartbeat, election time.Duration) Option {
 // WithZKTickTime sets ZooKeeper's tickTime (default 100 ms). The server
 // accepts session timeouts from 2 ticks up to 60 s.
 func WithZKTickTime(d time.Duration) Option { return func(c *config) { c.zkTick = d } }
+
+// WithZKMaxSessionTimeout sets ZooKeeper's maxSessionTimeout (default 60 s):
+// the server grants no client a longer session timeout than this.
+func WithZKMaxSessionTimeout(d time.Duration) Option { return func(c *config) { c.zkMaxSession = d } }
 
 // WithPostgresFsync turns PostgreSQL's fsync setting on (the default) or off.
 func WithPostgresFsync(on bool) Option { return func(c *config) { c.pgFsync = on } }

@@ -53,6 +53,10 @@ func zkSpec(cfg *config, n int) (spec, error) {
 		nports = 3 // client, quorum, election
 	}
 	tick := max(cfg.zkTick.Milliseconds(), 1)
+	maxSession := int64(60000)
+	if cfg.zkMaxSession > 0 {
+		maxSession = max(cfg.zkMaxSession.Milliseconds(), 2*tick)
+	}
 	return spec{
 		kind: "zookeeper", nports: nports, timeout: 30 * time.Second,
 		setup: func(ms []*Server) error {
@@ -71,7 +75,7 @@ func zkSpec(cfg *config, n int) (spec, error) {
 					fmt.Sprintf("clientPort=%d", s.port),
 					"clientPortAddress=127.0.0.1",
 					fmt.Sprintf("minSessionTimeout=%d", 2*tick),
-					"maxSessionTimeout=60000",
+					fmt.Sprintf("maxSessionTimeout=%d", maxSession),
 					"maxClientCnxns=0",
 					"4lw.commands.whitelist=*",
 					"admin.enableServer=false",
