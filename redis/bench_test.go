@@ -55,7 +55,7 @@ func BenchmarkUncontended(b *testing.B) {
 		c := newClient(b, srv.Addr())
 		k := redis.KeysFor("bench:", "node")
 		for b.Loop() {
-			r, err := redis.AcquireOn(ctx, c, k, "owner", benchTTL, redis.TokenAtLeastClock)
+			r, err := redis.AcquireOn(ctx, c, k, "owner", benchTTL)
 			if err != nil || !r.Acquired {
 				b.Fatal(r, err)
 			}

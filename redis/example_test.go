@@ -56,7 +56,7 @@ func ExampleAcquireOn() {
 	defer node.Close()
 	k := redis.KeysFor(redis.DefaultPrefix, "job/7")
 	const owner = "3f2a…random per lease"
-	r, err := redis.AcquireOn(ctx, node, k, owner, 30*time.Second, redis.TokenAtLeastClock)
+	r, err := redis.AcquireOn(ctx, node, k, owner, 30*time.Second)
 	switch {
 	case err != nil:
 		log.Fatal(err)

@@ -368,7 +368,7 @@ func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.G
 	if b.wait.n > 0 {
 		err = b.onConn(ctx, k, func(c *goredis.Conn) error {
 			var err error
-			if r, err = AcquireOn(ctx, c, k, req.Owner, req.TTL, TokenAtLeastClock); err != nil || !r.Acquired {
+			if r, err = AcquireOn(ctx, c, k, req.Owner, req.TTL); err != nil || !r.Acquired {
 				return err
 			}
 			if err := b.waitReplicas(ctx, c); err != nil {
@@ -382,7 +382,7 @@ func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.G
 			return nil
 		})
 	} else {
-		r, err = AcquireOn(ctx, b.client, k, req.Owner, req.TTL, TokenAtLeastClock)
+		r, err = AcquireOn(ctx, b.client, k, req.Owner, req.TTL)
 	}
 	if err != nil {
 		return distlock.Grant{}, err

@@ -508,12 +508,12 @@ func TestRaiseToken(t *testing.T) {
 	ctx := t.Context()
 	k := redis.KeysFor("raise:", "k")
 	before := time.Now().Add(-time.Minute).UnixMicro() // the server's clock is this machine's
-	r, err := redis.AcquireOn(ctx, c, k, "me", time.Minute, redis.TokenSeedFromClock)
+	r, err := redis.AcquireOn(ctx, c, k, "me", time.Minute)
 	if err != nil || !r.Acquired || int64(r.Token) < before || int64(r.Token) > time.Now().Add(time.Minute).UnixMicro() {
-		t.Fatalf("AcquireOn on a missing counter = %+v, %v; want a token seeded from the server's TIME in µs", r, err)
+		t.Fatalf("AcquireOn on a missing counter = %+v, %v; want a token from the server's TIME in µs", r, err)
 	}
 	seed := r.Token
-	held, err := redis.AcquireOn(ctx, c, k, "you", time.Minute, redis.TokenSeedFromClock)
+	held, err := redis.AcquireOn(ctx, c, k, "you", time.Minute)
 	if err != nil || held.Acquired || held.HolderTTL <= 0 || held.HolderTTL > time.Minute {
 		t.Fatalf("AcquireOn on a held key = %+v, %v", held, err)
 	}
@@ -544,47 +544,44 @@ func TestRaiseToken(t *testing.T) {
 	if ok, err := redis.ReleaseOn(ctx, c, k, "me"); err != nil || !ok {
 		t.Fatalf("ReleaseOn = %v, %v", ok, err)
 	}
-	r, err = redis.AcquireOn(ctx, c, k, "you", time.Millisecond/2, redis.TokenSeedFromClock) // rounds up to 1ms, not PX 0
+	r, err = redis.AcquireOn(ctx, c, k, "you", time.Millisecond/2) // rounds up to 1ms, not PX 0
 	if err != nil || !r.Acquired || r.Token != big+1 {
 		t.Fatalf("AcquireOn after raise = %+v, %v; want token %d", r, err, big+1)
 	}
-	// Both rules: an existing counter ahead of the clock just increments,
-	// exactly past 2^53; a counter behind the clock jumps to it only with
-	// TokenAtLeastClock.
+	// A counter ahead of the clock just increments, exactly past 2^53; one
+	// behind the clock (a restart from an old snapshot, a lagging replica)
+	// jumps to it.
 	time.Sleep(5 * time.Millisecond)
-	r, err = redis.AcquireOn(ctx, c, k, "me", time.Millisecond, redis.TokenAtLeastClock)
+	r, err = redis.AcquireOn(ctx, c, k, "me", time.Millisecond)
 	if err != nil || !r.Acquired || r.Token != big+2 {
-		t.Fatalf("AcquireOn(TokenAtLeastClock) with a counter ahead of the clock = %+v, %v; want %d", r, err, big+2)
+		t.Fatalf("AcquireOn with a counter ahead of the clock = %+v, %v; want %d", r, err, big+2)
 	}
-	for _, tc := range []struct {
-		rule redis.TokenRule
-		name string
-		jump bool
-	}{{redis.TokenSeedFromClock, "TokenSeedFromClock", false}, {redis.TokenAtLeastClock, "TokenAtLeastClock", true}} {
-		time.Sleep(5 * time.Millisecond)
-		if err := c.Set(ctx, k.Counter, "7", 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-		r, err = redis.AcquireOn(ctx, c, k, "me", time.Millisecond, tc.rule)
-		if err != nil || !r.Acquired {
-			t.Fatalf("%s: AcquireOn = %+v, %v", tc.name, r, err)
-		}
-		if jumped := int64(r.Token) >= before; jumped != tc.jump || (!tc.jump && r.Token != 8) {
-			t.Fatalf("%s: a counter of 7 behind the clock gave token %d", tc.name, r.Token)
-		}
+	time.Sleep(5 * time.Millisecond)
+	if err := c.Set(ctx, k.Counter, "7", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r, err = redis.AcquireOn(ctx, c, k, "me", time.Minute)
+	if err != nil || !r.Acquired || int64(r.Token) < before {
+		t.Fatalf("AcquireOn with a counter of 7 = %+v, %v; want a token from the server's clock", r, err)
+	}
+	// The same attempt sent again (a client retry after a lost reply) gets
+	// its own lock and token back, not "held".
+	again, err := redis.AcquireOn(ctx, c, k, "me", time.Minute)
+	if err != nil || !again.Acquired || again.Token != r.Token {
+		t.Fatalf("AcquireOn resent by the same owner = %+v, %v; want acquired with token %d", again, err, r.Token)
+	}
+	if ok, err := redis.ReleaseOn(ctx, c, k, "me"); err != nil || !ok {
+		t.Fatalf("ReleaseOn = %v, %v", ok, err)
 	}
 	// A corrupt counter fails the acquire and leaves no lock behind.
-	for _, rule := range []redis.TokenRule{redis.TokenAtLeastClock, redis.TokenSeedFromClock} {
-		time.Sleep(5 * time.Millisecond)
-		if err := c.Set(ctx, k.Counter, "not a number", 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := redis.AcquireOn(ctx, c, k, "me", time.Minute, rule); err == nil {
-			t.Fatalf("AcquireOn (rule %d) with a corrupt counter succeeded", rule)
-		}
-		if n := c.Exists(ctx, k.Lock).Val(); n != 0 {
-			t.Fatalf("a failed acquire (rule %d) left its lock behind", rule)
-		}
+	if err := c.Set(ctx, k.Counter, "not a number", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redis.AcquireOn(ctx, c, k, "me", time.Minute); err == nil {
+		t.Fatal("AcquireOn with a corrupt counter succeeded")
+	}
+	if n := c.Exists(ctx, k.Lock).Val(); n != 0 {
+		t.Fatal("a failed acquire left its lock behind")
 	}
 }
 

@@ -84,31 +84,13 @@ type AcquireResult struct {
 // a pipeline), and neither retries nor validates. The single-Redis backend is built on them;
 // the Redlock backend runs them on each of its nodes.
 
-// TokenRule says how the acquire script turns the counter into a token.
-type TokenRule int
-
-const (
-	// TokenAtLeastClock makes the token max(counter+1, the server's TIME in
-	// µs). A node that restarted without its counter, or a replica promoted
-	// with a lagging one, still hands out a token larger than any before,
-	// as long as server clocks differ by less than the restart or failover
-	// took. The single-Redis backend uses it.
-	TokenAtLeastClock TokenRule = iota
-	// TokenSeedFromClock INCRs the counter and seeds a missing one from
-	// TIME: counters of healthy nodes move in step (Redlock's quorum then
-	// agrees on the token), and a node that lost its counter jumps ahead.
-	TokenSeedFromClock
-)
-
-// AcquireOn runs the acquire script: SET k.Lock owner NX PX ttl and, only if
-// that succeeded, advance k.Counter by rule, returning it as the token. When
-// the lock is held it returns the holder's PTTL instead.
-func AcquireOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration, rule TokenRule) (AcquireResult, error) {
-	always := "1"
-	if rule == TokenSeedFromClock {
-		always = "0"
-	}
-	v, err := acquireScript.Run(ctx, c, []string{k.Lock, k.Counter}, owner, millis(ttl), always).Slice()
+// AcquireOn runs the acquire script: if k.Lock is free, SET it to owner for
+// ttl and advance k.Counter to max(counter+1, the server's TIME in µs),
+// returning it as the token; if k.Lock already holds owner (a resent
+// attempt), return the counter. When the lock is held it returns the
+// holder's PTTL instead.
+func AcquireOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration) (AcquireResult, error) {
+	v, err := acquireScript.Run(ctx, c, []string{k.Lock, k.Counter}, owner, millis(ttl)).Slice()
 	if err != nil {
 		return AcquireResult{}, fmt.Errorf("acquire script: %w", err)
 	}
