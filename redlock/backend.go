@@ -36,14 +36,19 @@ type backend struct {
 type handle struct {
 	keys redis.Keys
 
-	// guarding is the set of nodes known to have held the lock without a
-	// break since the grant: confirmed by phase 2 or a refresh, or out of
-	// reach since (an unreachable node grants nobody else). Refresh may
-	// take the lock back where it is missing only while a majority of
-	// these never lost it; otherwise another client could have held a
-	// majority in between. Lease calls are serialised; mu is for -race.
-	mu       sync.Mutex
-	guarding []bool
+	// mu guards the rest. Lease calls are serialised, but a refresh's
+	// late node calls may still run when the next call starts.
+	mu sync.Mutex
+	// ours[i] is when the lock on node i is known to end, by the node's
+	// clock less drift: the start of the last call that set or extended
+	// it there, plus the TTL. Zero where it is not ours. Refresh takes
+	// the lock back on nodes that lost it only while a majority have it
+	// unexpired without a break; otherwise a majority was free at some
+	// moment and another client could have held the key.
+	ours []time.Time
+	// calls are the node calls of the last refresh; Unlock waits for them
+	// (bounded by the node timeout) so that none lands after the release.
+	calls map[int]chan struct{}
 }
 
 func (h *handle) As(target any) bool {
@@ -58,7 +63,7 @@ func (b *backend) Guarantees() distlock.Guarantees {
 	n := len(b.nodes)
 	return distlock.Guarantees{
 		Backend:           "redlock",
-		TokenSource:       "quorum-ordered: max of the majority's counters (INCR, a missing one seeded from server TIME in µs), raised on a majority in phase 2",
+		TokenSource:       "quorum-ordered: max of the majority's counters (each max(counter+1, server TIME in µs)), raised on a majority in phase 2",
 		Wait:              distlock.WaitNotify,
 		FailuresTolerated: (n - 1) / 2,
 		ClockDependent:    true,
@@ -67,7 +72,7 @@ func (b *backend) Guarantees() distlock.Guarantees {
 			fmt.Sprintf("%d nodes, quorum %d: a lock is held while a majority holds it", n, b.quorum),
 			"mutual exclusion depends on bounded clock drift between the nodes; a clock jump on a node can free a lock early, and the fencing token (larger for any later majority) is then what protects the resource",
 			"a node restarted without its data loses the locks it held: run nodes with appendfsync always, or keep a crashed node down for at least the longest TTL before it rejoins; held leases take the lock back on it",
-			"tokens keep increasing across restarts without fsync while node clocks differ by less than a node's downtime",
+			"tokens keep increasing across restarts, with or without fsync, while node clocks differ by less than a node's downtime",
 			"waiters are woken by pub/sub release notices from any node, not in FIFO order",
 		},
 	}
@@ -219,7 +224,7 @@ func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.G
 	defer decide(false) // any early return is a failure
 	ch, dones := b.fanOut(ctx, b.all(), nt,
 		func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
-			r, err := redis.AcquireOn(ctx, c, k, req.Owner, req.TTL, redis.TokenSeedFromClock)
+			r, err := redis.AcquireOn(ctx, c, k, req.Owner, req.TTL)
 			results[i] = r
 			return r.Acquired, err
 		},
@@ -287,11 +292,11 @@ func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.G
 	decide(true)
 	// The portable deadline is start + TTL − drift: every node's lock was
 	// set after start, so it lasts at least that long by the nodes' clocks.
-	guarding := make([]bool, n)
+	ours := make([]time.Time, n)
 	for _, i := range t2.yes {
-		guarding[i] = true
+		ours[i] = start.Add(req.TTL - b.drift(req.TTL))
 	}
-	return distlock.Grant{Token: token, Start: start, Validity: req.TTL, Handle: &handle{keys: k, guarding: guarding}}, nil
+	return distlock.Grant{Token: token, Start: start, Validity: req.TTL, Handle: &handle{keys: k, ours: ours}}, nil
 }
 
 // releaseNode gives node i's lock back after a failed attempt, even when the
@@ -332,41 +337,47 @@ func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Durati
 	// Extend where the lock is ours, take it back where it is missing: a
 	// lease that holds exactly a majority would otherwise die with any one
 	// node of it, contrary to the failures Redlock tolerates.
-	ch, _ := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
+	ch, dones := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
 		r, err := redis.ExtendOn(ctx, c, h.keys, g.Owner, ttl, g.Token)
 		results[i] = r
 		return r != redis.ExtendHeldByOther, err
 	}, nil)
-	// Wait for every node (up to the node timeout), not just a quorum: a
-	// repairing call still on its way could otherwise land after a Release
-	// and take a node back for a whole TTL.
-	t := gather(ctx, ch, n, 0, deadline(nt))
+	t := gather(ctx, ch, n, b.quorum, deadline(nt))
+
+	h.mu.Lock()
+	h.calls = dones
 	if t.ctxErr != nil {
+		h.mu.Unlock()
 		return 0, t.ctxErr
 	}
-	h.mu.Lock()
+	// Unbroken: nodes where the lock has been ours since before this call
+	// and still is — extended now, or out of reach but not yet expired.
+	now, valid := time.Now(), start.Add(ttl-b.drift(ttl))
 	unbroken, retaken := 0, 0
 	for i := range n {
-		if _, failed := t.failed[i]; failed || !t.answered[i] {
-			if h.guarding[i] {
+		_, failed := t.failed[i]
+		switch {
+		case failed || !t.answered[i]:
+			if now.Before(h.ours[i]) {
 				unbroken++
 			}
-			continue
-		}
-		switch results[i] {
-		case redis.ExtendRenewed:
-			if h.guarding[i] {
+		case results[i] == redis.ExtendRenewed:
+			if now.Before(h.ours[i]) {
 				unbroken++
 			}
-		case redis.ExtendRetaken:
+			h.ours[i] = valid
+		case results[i] == redis.ExtendRetaken:
 			retaken++
+			h.ours[i] = valid
+		default: // someone else's
+			h.ours[i] = time.Time{}
 		}
 	}
+	h.mu.Unlock()
 	if unbroken < b.quorum {
-		// The lock vanished from so many nodes that a majority was free at
-		// some point: it may have had another holder since. Give back what
-		// this refresh holds rather than carry on.
-		h.mu.Unlock()
+		// The lock lapsed on so many nodes that a majority was free at some
+		// moment: it may have had another holder since. Give back what this
+		// refresh holds rather than carry on.
 		for _, i := range t.yes {
 			b.wg.Add(1)
 			go func() {
@@ -378,22 +389,37 @@ func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Durati
 			g.Key, unbroken, n, b.quorum, retaken, len(t.no), distlock.ErrNotHeld)
 	}
 	if len(t.yes) < b.quorum {
-		h.mu.Unlock()
 		return 0, fmt.Errorf("%w: %q: refreshed on %d of %d nodes (need %d)%s",
 			ErrNoQuorum, g.Key, len(t.yes), n, b.quorum, b.summary(t))
 	}
-	for i := range n {
-		if _, failed := t.failed[i]; failed || !t.answered[i] {
-			continue // keeps its place: an unreachable node grants nobody
-		}
-		h.guarding[i] = results[i] != redis.ExtendHeldByOther
-	}
-	h.mu.Unlock()
 	if elapsed, valid := time.Since(start), ttl-b.drift(ttl); elapsed >= valid {
 		return 0, fmt.Errorf("redlock: %q: refresh took %v, more than the validity %v", g.Key, elapsed, valid)
 	}
 	// Each node's new expiry was set after start.
 	return ttl, nil
+}
+
+// settle waits, up to the node timeout, for the node calls of h's last
+// refresh, so that a repairing call cannot land after a release.
+func (h *handle) settle(ctx context.Context, nt time.Duration) {
+	h.mu.Lock()
+	calls := h.calls
+	h.calls = nil
+	h.mu.Unlock()
+	if len(calls) == 0 {
+		return
+	}
+	timer := time.NewTimer(nt)
+	defer timer.Stop()
+	for _, done := range calls {
+		select {
+		case <-done:
+		case <-timer.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 func (b *backend) Unlock(ctx context.Context, g distlock.Grant) error {
@@ -404,6 +430,9 @@ func (b *backend) Unlock(ctx context.Context, g distlock.Grant) error {
 	}
 	nt := b.timeout(ttl)
 	n := len(b.nodes)
+	if h, ok := g.Handle.(*handle); ok {
+		h.settle(ctx, nt)
+	}
 	ch, _ := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
 		return redis.ReleaseOn(ctx, c, k, g.Owner)
 	}, nil)

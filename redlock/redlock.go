@@ -35,13 +35,14 @@
 // Refresh extends the lock on every node where it is ours and takes it back
 // (SET, and the counter raised to the lease's token) where it is missing, so
 // a lease granted by exactly a majority survives the loss of a node of it.
-// It takes a node back only while a majority of the nodes that held the lock
-// never lost it (a node out of reach counts as still holding it, since it
-// grants nobody else): otherwise a majority was free at some moment and
-// another client could have held the key, and the lease is reported lost.
-// It waits for every node, up to the node timeout, so that no repairing call
-// can land after a Release; it succeeds only when a quorum confirmed it
-// within the validity; Unlock goes to every node (each release
+// It takes a node back only while a majority of the nodes have held the lock
+// without a break (a node out of reach counts while the lock set there has
+// not expired): otherwise a majority was free at some moment and another
+// client could have held the key, and the lease is reported lost. It
+// decides at quorum like an acquire; Unlock first waits, up to the node
+// timeout, for the last refresh's slower calls, so that a repairing call
+// does not land after the release. Refresh succeeds only when a quorum
+// confirmed it within the validity; Unlock goes to every node (each release
 // publishes the node's release notice) and waits for all of them, up to the
 // node timeout, so that a TryAcquire right after a Release does not find the
 // old lock on a slower node. Waiters subscribe to the release
@@ -62,14 +63,14 @@
 // than T. A node where A's raise was refused (the lock had expired or
 // someone else held it) is simply not in M.
 //
-// If x restarted without persistence in between, its counter is gone; the
-// acquire script then seeds it from x's clock in microseconds (an existing
-// counter is only INCRed, so the counters of healthy nodes move in step).
-// Every counter was itself seeded from a clock and has grown by one per
-// grant since, far slower than a microsecond clock; so the seed exceeds T
-// as long as the nodes' clocks differ by less than the time x was down.
-// That holds for rolling restarts and for restarted nodes meeting nodes
-// that missed grants (both tested), without fsync.
+// If x restarted without persistence in between, or from an older snapshot,
+// its counter is missing or stale. The acquire script therefore takes
+// max(counter + 1, x's clock in microseconds) as x's token: every counter
+// grows by one per grant, far slower than a microsecond clock, so x's clock
+// is past T as long as the nodes' clocks differ by less than the time x was
+// down. That holds for rolling restarts, for restarts from snapshots and
+// for restarted nodes meeting nodes that missed grants (all tested),
+// without fsync.
 //
 // # Assumptions and guarantees
 //
