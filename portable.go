@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -46,6 +47,8 @@ type locker struct {
 	// is bound to it so that Close can interrupt them.
 	life context.Context
 	stop context.CancelCauseFunc
+
+	abandoning atomic.Int32 // give-backs of abandoned attempts under way
 
 	mu     sync.Mutex
 	closed bool
@@ -210,11 +213,20 @@ func (l *locker) acquireError(ctx, bctx context.Context, key string, err error) 
 // again, with back-off, while it finds nothing (the request may land
 // later) or fails, within the release timeout. Close interrupts it.
 func (l *locker) abandon(req Request, o *Options) {
+	if l.abandoning.Add(1) > maxAbandoning {
+		// A server that is down makes every attempt ambiguous; a tight
+		// retry loop must not pile up give-backs. The TTL frees the rest.
+		l.abandoning.Add(-1)
+		l.log(slog.LevelDebug, "too many give-backs under way; this attempt's lock frees at its TTL", req.Key, nil)
+		return
+	}
 	if l.enter() != nil {
+		l.abandoning.Add(-1)
 		return
 	}
 	go func() {
 		defer l.wg.Done()
+		defer l.abandoning.Add(-1)
 		ctx, cancel := context.WithTimeout(l.life, o.ReleaseTimeout)
 		defer cancel()
 		g := Grant{Key: req.Key, Owner: req.Owner}
@@ -229,6 +241,9 @@ func (l *locker) abandon(req Request, o *Options) {
 		}
 	}()
 }
+
+// maxAbandoning bounds the give-backs of abandoned attempts under way at once.
+const maxAbandoning = 64
 
 // abandonFirstRetry is the first pause between the give-backs of an
 // abandoned attempt; it doubles after each.

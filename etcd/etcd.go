@@ -778,7 +778,10 @@ func (b *backend) position(ctx context.Context, q, me string, rev int64) (positi
 func (b *backend) abandon(ctx context.Context, me string, l *lease, cause error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if _, err := b.cli.Delete(cctx, me); err == nil && !leaseGone(cause) {
+	// Recycle the lease only if the key was there to delete: if it was not,
+	// a lost Put may still be on its way and would sit on a lease that is
+	// reused and kept alive. Dropped, the lease takes such a key with it.
+	if resp, err := b.cli.Delete(cctx, me); err == nil && resp.Deleted == 1 && !leaseGone(cause) {
 		b.putSpare(l)
 	}
 }
