@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/fencing"
 	"github.com/distlock/distlock/internal/testserver"
 )
@@ -32,7 +33,7 @@ func (c *stmtCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEn
 //	tx/unguarded  BEGIN; UPDATE; COMMIT
 //	tx/guarded    BEGIN; guard upsert; UPDATE; COMMIT   (WithGuard)
 //	row/unguarded UPDATE ... WHERE id = $1              (autocommit)
-//	row/fenced    UPDATE ... WHERE id = $1 AND fence <= $2 (UpdateRow)
+//	row/fenced    UPDATE ... WHERE id = $1 AND (fence < $2 OR fence = $2 AND holder = $3) (UpdateRow)
 func BenchmarkWrite(b *testing.B) {
 	s := testserver.Postgres(b, testserver.WithPostgresFsync(false))
 	ctx := context.Background()
@@ -51,26 +52,28 @@ func BenchmarkWrite(b *testing.B) {
 	if err := fencing.Migrate(ctx, pool); err != nil {
 		b.Fatal(err)
 	}
-	mustExec(b, pool, `CREATE TABLE bench (id int PRIMARY KEY, n bigint NOT NULL, fence bigint NOT NULL DEFAULT 0)`)
+	mustExec(b, pool, `CREATE TABLE bench (id int PRIMARY KEY, n bigint NOT NULL, fence bigint NOT NULL DEFAULT 0, holder text)`)
 	mustExec(b, pool, `INSERT INTO bench VALUES (1, 0, 0)`)
 
 	update := func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE bench SET n = n + 1 WHERE id = 1`)
 		return err
 	}
-	row := fencing.RowUpdate{Table: pgx.Identifier{"bench"}, Fence: "fence",
+	// One holder writing again and again: the equal-token path.
+	f := distlock.Fence{Token: 1, Holder: "bench"}
+	row := fencing.RowUpdate{Table: pgx.Identifier{"bench"}, Fence: "fence", Holder: "holder",
 		Key: []fencing.Column{{Name: "id", Value: 1}}, Set: []fencing.Column{{Name: "n", Value: int64(1)}}}
 	cases := []struct {
 		name string
 		op   func() error
 	}{
 		{"tx/unguarded", func() error { return pgx.BeginFunc(ctx, pool, update) }},
-		{"tx/guarded", func() error { return fencing.WithGuard(ctx, pool, "bench", 1, update) }},
+		{"tx/guarded", func() error { return fencing.WithGuard(ctx, pool, "bench", f, update) }},
 		{"row/unguarded", func() error {
 			_, err := pool.Exec(ctx, `UPDATE bench SET n = $2 WHERE id = $1`, 1, int64(1))
 			return err
 		}},
-		{"row/fenced", func() error { return fencing.UpdateRow(ctx, pool, row, 1) }},
+		{"row/fenced", func() error { return fencing.UpdateRow(ctx, pool, row, f) }},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {

@@ -4,45 +4,78 @@
 // A distlock lease can end without its holder knowing — a GC pause, a slow
 // network or a clock jump can outlast the TTL — and the holder may then write
 // after the next holder did. Every lease carries a fencing token that
-// strictly increases per key ([distlock.Lease.Token]); this package has the
-// database remember the highest token it has seen for a resource and refuse
-// any write that comes with a lower one, returning an error that matches
-// [ErrStaleToken]. The check and the write commit in one transaction, so a
-// rejected holder changes nothing. It works with the tokens of every distlock
-// backend, since all of them only promise "larger than every earlier holder's".
+// strictly increases per key, and an id of its holder, unique per lease
+// ([distlock.Lease.Fence]). This package has the database remember, per
+// resource, the highest token it has accepted and the holder that presented
+// it, and accept a write only with
+//
+//   - a larger token, from anyone: a newer holder; or
+//   - the same token from the same holder: one holder writing again.
+//
+// Anything else — a smaller token, or the same token from another holder —
+// is refused with an error that matches [ErrStaleToken]. The second rule is
+// what the holder is for: a backend that hands one token out twice (a Redis
+// restart that lost its counter, say) must not let the stale holder and the
+// new one both pass. The check and the write commit in one transaction, so
+// a rejected holder changes nothing. It works with the tokens of every
+// distlock backend, since all of them only promise "larger than every
+// earlier holder's".
+//
+// Every guarded call takes a [distlock.Fence]: pass lease.Fence(). Where
+// only values travel (a child process, a queue message), carry the token
+// and the holder together. A non-positive token, or a holder that is empty,
+// longer than 255 bytes or not UTF-8 text without NUL bytes, is invalid
+// input ([ErrInvalid]).
 //
 // # Two forms
 //
-// The fence table: one row per guarded resource with the highest token seen.
-// Create it with [Migrate] (or [Table.Create] for another name), or with this
-// DDL:
+// The fence table: one row per guarded resource with the highest token seen
+// and its holder. Create it with [Migrate] (or [Table.Create] for another
+// name), or with this DDL:
 //
 //	CREATE TABLE IF NOT EXISTS distlock_fence (
 //	    resource text   PRIMARY KEY,
-//	    token    bigint NOT NULL
+//	    token    bigint NOT NULL,
+//	    holder   text
 //	);
+//
+// A table created by an earlier version of this package lacks the holder
+// column; Migrate (and Table.Create) add it, safely from several processes
+// at once, or run the statement [Table.UpgradeDDL] returns yourself:
+//
+//	ALTER TABLE distlock_fence ADD COLUMN IF NOT EXISTS holder text;
+//
+// Its old rows have no holder, so they accept only a larger token. Upgrade
+// every writer together: the earlier version still accepts an equal token
+// from anyone.
 //
 // [Guard], called as the first statement of the caller's transaction, runs
 // one upsert:
 //
-//	INSERT INTO distlock_fence AS f (resource, token) VALUES ($1, $2)
-//	ON CONFLICT (resource) DO UPDATE SET token = excluded.token
-//	WHERE f.token <= excluded.token
+//	INSERT INTO distlock_fence AS f (resource, token, holder) VALUES ($1, $2, $3)
+//	ON CONFLICT (resource) DO UPDATE SET token = excluded.token, holder = excluded.holder
+//	WHERE f.token < excluded.token
+//	   OR (f.token = excluded.token AND f.holder = excluded.holder)
 //	RETURNING token
 //
-// No row back means a larger token is stored: the caller is stale. An equal
-// token is accepted, so one holder may write many times. The upsert keeps the
-// fence row locked until the transaction ends, so guarded transactions on one
-// resource run one after another. [WithGuard] wraps it all: begin, guard, run
-// the caller's function, commit only if everything held.
+// No row back means the caller is stale: a larger token is stored, or the
+// same token from another holder. The upsert keeps the fence row locked
+// until the transaction ends, so guarded transactions on one resource run
+// one after another. [WithGuard] wraps it all: begin, guard, run the
+// caller's function, commit only if everything held.
 //
-// The token column, for hot rows: the row being written carries its own fence
-// column (bigint NOT NULL DEFAULT 0), and [UpdateRow] writes it with
+// The token column, for hot rows: the row being written carries its own
+// fence column (bigint NOT NULL DEFAULT 0) and holder column (text), and
+// [UpdateRow] writes them with
 //
-//	UPDATE t SET ..., fence = $token WHERE <key> AND fence <= $token
+//	UPDATE t SET ..., fence = $token, holder = $holder
+//	WHERE <key> AND (fence < $token OR (fence = $token AND holder = $holder))
 //
 // Zero rows updated means stale (or no such row: see [ErrRowNotFound]). It
-// costs no extra statement and no extra row, at the price of a column.
+// costs no extra statement and no extra row, at the price of two columns.
+// The holder column is required, for the reason the fence table keeps one:
+// with the token alone an equal token cannot be told apart, and refusing
+// every equal token (a strict <) would refuse a holder's own second write.
 //
 // # The rule: fence first, then read
 //
@@ -57,8 +90,8 @@
 //	GC pause; the lease expires
 //	                             acquires the lock
 //	                             reads balance 100             100, fence 32
-//	wakes, writes 100+10         (32 <= 33: accepted)          110, fence 33
-//	                             writes 100+50 (33 <= 34: ok)  150, fence 34
+//	wakes, writes 100+10         (32 < 33: accepted)           110, fence 33
+//	                             writes 100+50 (33 < 34: ok)   150, fence 34
 //
 // Both writes passed the check and A's +10 is gone: B read before A wrote.
 // Had B raised the fence to 34 before reading, A's write would have been
@@ -72,13 +105,17 @@
 //
 // # What it guarantees and what it does not
 //
-// It guarantees that once a transaction guarded with token T has committed,
-// no transaction guarded with a smaller token commits a guarded write to that
-// resource, and that guarded transactions on one resource serialise. It does
-// not make the lock exclusive (a stale holder can still run code, it just
-// cannot commit guarded writes), it does not guard writes that skip the guard
-// or touch data of another resource, and it is only as good as the tokens:
-// a backend that can repeat tokens after a failover (see each backend's
-// Guarantees) weakens it. Fence rows are never deleted by this package; a
-// deleted row resets its resource's fence.
+// It guarantees that once a transaction guarded with token T by holder H has
+// committed, no transaction guarded with a smaller token, or with T by
+// another holder, commits a guarded write to that resource, and that guarded
+// transactions on one resource serialise. It does not make the lock
+// exclusive (a stale holder can still run code, it just cannot commit
+// guarded writes), it does not guard writes that skip the guard or touch
+// data of another resource, and it is only as good as the tokens: a backend
+// that can repeat tokens after a restart or failover (see each backend's
+// Guarantees) still cannot get two holders past one fence — whichever writes
+// first with a token keeps it — but the other one is refused until its
+// tokens pass the stored one, even if it is the rightful holder. Fence rows
+// are never deleted by this package; a deleted row resets its resource's
+// fence.
 package fencing

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log"
 	"os"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,7 +35,7 @@ func ExampleWithGuard() {
 
 	const key = "account/42"
 	err = locker.Do(ctx, key, func(ctx context.Context, lease *distlock.Lease) error {
-		return fencing.WithGuard(ctx, pool, key, lease.Token(), func(tx pgx.Tx) error {
+		return fencing.WithGuard(ctx, pool, key, lease.Fence(), func(tx pgx.Tx) error {
 			var balance int64
 			if err := tx.QueryRow(ctx, `SELECT balance FROM accounts WHERE id = 42`).Scan(&balance); err != nil {
 				return err
@@ -61,7 +62,7 @@ func ExampleGuard() {
 		log.Fatal(err)
 	}
 	defer tx.Rollback(ctx) // a no-op after Commit
-	if err := fencing.Guard(ctx, tx, lease.Key(), lease.Token()); err != nil {
+	if err := fencing.Guard(ctx, tx, lease.Key(), lease.Fence()); err != nil {
 		log.Fatal(err) // ErrStaleToken: roll back, do not retry with this lease
 	}
 	// ... reads and writes of the resource ...
@@ -75,14 +76,18 @@ func ExampleNewTable() {
 	ctx := context.Background()
 	var pool *pgxpool.Pool // your pool
 
+	var lease *distlock.Lease
+
 	fences, err := fencing.NewTable("app", "fences")
 	if err != nil {
 		log.Fatal(err)
 	}
+	// Creates the table, or adds the holder column to one an earlier
+	// version created.
 	if err := fences.Create(ctx, pool); err != nil {
 		log.Fatal(err)
 	}
-	_ = fences.WithGuard(ctx, pool, "report/daily", 7, func(tx pgx.Tx) error { return nil })
+	_ = fences.WithGuard(ctx, pool, "report/daily", lease.Fence(), func(tx pgx.Tx) error { return nil })
 }
 
 // The hot-row form: the row carries its own fence column. Claim the fence
@@ -93,12 +98,15 @@ func ExampleUpdateRow() {
 	var lease *distlock.Lease
 
 	row := fencing.RowUpdate{
-		Table: pgx.Identifier{"accounts"},
-		Fence: "fence", // bigint NOT NULL DEFAULT 0
-		Key:   []fencing.Column{{Name: "id", Value: 42}},
+		Table:  pgx.Identifier{"accounts"},
+		Fence:  "fence",        // bigint NOT NULL DEFAULT 0
+		Holder: "fence_holder", // text: tells equal tokens apart
+		Key:    []fencing.Column{{Name: "id", Value: 42}},
 	}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := fencing.UpdateRow(ctx, tx, row, lease.Token()); err != nil {
+		// The claim and the write below carry the same fence: the second
+		// passes because the holder is the one that wrote the token.
+		if err := fencing.UpdateRow(ctx, tx, row, lease.Fence()); err != nil {
 			return err // claim first: ErrStaleToken or ErrRowNotFound
 		}
 		var balance int64
@@ -106,9 +114,30 @@ func ExampleUpdateRow() {
 			return err
 		}
 		row.Set = []fencing.Column{{Name: "balance", Value: balance + 10}}
-		return fencing.UpdateRow(ctx, tx, row, lease.Token())
+		return fencing.UpdateRow(ctx, tx, row, lease.Fence())
 	})
 	if err != nil {
 		log.Fatal(err)
+	}
+}
+
+// Where no Lease travels — here a command run by `distlock run`, which puts
+// the lease's fence in its environment — carry the token and the holder
+// together and rebuild the Fence.
+func ExampleWithGuard_childProcess() {
+	ctx := context.Background()
+	var pool *pgxpool.Pool // your pool
+
+	token, err := strconv.ParseInt(os.Getenv("DISTLOCK_TOKEN"), 10, 64)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fence := distlock.Fence{Token: distlock.Token(token), Holder: os.Getenv("DISTLOCK_HOLDER")}
+	err = fencing.WithGuard(ctx, pool, os.Getenv("DISTLOCK_KEY"), fence, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE reports SET done = true WHERE day = current_date`)
+		return err
+	})
+	if err != nil {
+		log.Fatal(err) // ErrInvalid too if DISTLOCK_HOLDER was not set
 	}
 }

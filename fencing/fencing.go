@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -29,7 +31,9 @@ type Beginner interface {
 
 // ErrStaleToken is matched (errors.Is) by the error of a guarded write whose
 // token is smaller than one the database has already accepted for the
-// resource: a newer lock holder exists. The error is a *StaleTokenError.
+// resource (a newer lock holder exists), or equal to one it accepted from
+// another holder (the backend handed the same token out twice). The error is
+// a *StaleTokenError.
 var ErrStaleToken = errors.New("fencing: stale token")
 
 // ErrRowNotFound is returned (wrapped) by UpdateRow when no row matched the
@@ -37,8 +41,9 @@ var ErrStaleToken = errors.New("fencing: stale token")
 var ErrRowNotFound = errors.New("fencing: no row matches the key")
 
 // ErrInvalid is matched by every invalid-input error of this package (empty
-// resource, nil database, nil function, non-positive token, bad table or
-// column names). It also matches distlock.ErrInvalid.
+// resource, nil database, nil function, non-positive token, empty or
+// malformed holder, bad table or column names). It also matches
+// distlock.ErrInvalid.
 var ErrInvalid error = invalidError{}
 
 type invalidError struct{}
@@ -50,24 +55,36 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
-// StaleTokenError says which token was refused and which one the database
-// holds. It matches ErrStaleToken.
+// StaleTokenError says which fence was refused and what the database holds.
+// It matches ErrStaleToken. Stored == Token means the token was equal but
+// another holder had written it: the backend handed one token out twice.
 type StaleTokenError struct {
 	// Resource is the fence table's resource, or for UpdateRow the table
 	// and key of the row.
 	Resource string
-	// Token is the refused token.
-	Token distlock.Token
+	// Token and Holder are the refused fence.
+	Token  distlock.Token
+	Holder string
 	// Stored is the token the database holds, or 0 if it could not be read.
 	Stored distlock.Token
+	// StoredHolder is the holder recorded with Stored; "" if unknown or if
+	// none was recorded (a row written before holders were recorded).
+	StoredHolder string
 }
 
 // Error says which token was refused and, if known, which one won.
 func (e *StaleTokenError) Error() string {
-	if e.Stored > 0 {
+	switch {
+	case e.Stored > 0 && e.Stored == e.Token && e.StoredHolder == "":
+		return fmt.Sprintf("fencing: stale token %d for %s: the database has accepted the same token from a holder it did not record (written before holders were recorded); only a larger token passes",
+			e.Token, e.Resource)
+	case e.Stored > 0 && e.Stored == e.Token:
+		return fmt.Sprintf("fencing: stale token %d for %s: the database has accepted the same token from another holder (%s), not from %s: the token was handed out twice",
+			e.Token, e.Resource, e.StoredHolder, e.Holder)
+	case e.Stored > 0:
 		return fmt.Sprintf("fencing: stale token %d for %s: the database has accepted token %d", e.Token, e.Resource, e.Stored)
 	}
-	return fmt.Sprintf("fencing: stale token %d for %s: the database has accepted a newer one", e.Token, e.Resource)
+	return fmt.Sprintf("fencing: stale token %d for %s: the database has accepted a newer one, or the same one from another holder", e.Token, e.Resource)
 }
 
 // Is makes a StaleTokenError match ErrStaleToken.
@@ -77,10 +94,12 @@ func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken
 const DefaultTable = "distlock_fence"
 
 // Table is a fence table: one row per guarded resource holding the highest
-// token accepted for it. Its methods are safe for concurrent use.
+// token accepted for it and the holder that presented it. Its methods are
+// safe for concurrent use.
 type Table struct {
 	name                     string // quoted, possibly schema-qualified
 	ddl, guardSQL, storedSQL string
+	hasHolderSQL, upgradeSQL string
 }
 
 var defaultTable = mustTable(DefaultTable)
@@ -110,11 +129,18 @@ func NewTable(name ...string) (*Table, error) {
 		name: q,
 		ddl: "CREATE TABLE IF NOT EXISTS " + q + " (\n" +
 			"    resource text   PRIMARY KEY,\n" +
-			"    token    bigint NOT NULL\n)",
-		guardSQL: "INSERT INTO " + q + " AS f (resource, token) VALUES ($1, $2) " +
-			"ON CONFLICT (resource) DO UPDATE SET token = excluded.token " +
-			"WHERE f.token <= excluded.token RETURNING token",
-		storedSQL: "SELECT token FROM " + q + " WHERE resource = $1",
+			"    token    bigint NOT NULL,\n" +
+			"    holder   text\n)",
+		// A NULL holder (a row from before the column) equals nothing, so
+		// such a row accepts only a larger token.
+		guardSQL: "INSERT INTO " + q + " AS f (resource, token, holder) VALUES ($1, $2, $3) " +
+			"ON CONFLICT (resource) DO UPDATE SET token = excluded.token, holder = excluded.holder " +
+			"WHERE f.token < excluded.token OR (f.token = excluded.token AND f.holder = excluded.holder) " +
+			"RETURNING token",
+		storedSQL: "SELECT token, holder FROM " + q + " WHERE resource = $1",
+		hasHolderSQL: "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute " +
+			"WHERE attrelid = to_regclass($1) AND attname = 'holder' AND NOT attisdropped)",
+		upgradeSQL: "ALTER TABLE " + q + " ADD COLUMN IF NOT EXISTS holder text",
 	}, nil
 }
 
@@ -138,67 +164,103 @@ func checkIdent(s string) error {
 // Name returns the quoted table name as it appears in SQL.
 func (t *Table) Name() string { return t.name }
 
-// DDL returns the CREATE TABLE IF NOT EXISTS statement of the table.
+// DDL returns the CREATE TABLE IF NOT EXISTS statement of the table. A
+// table created by an earlier version of this package also needs
+// UpgradeDDL.
 func (t *Table) DDL() string { return t.ddl }
 
-// Create creates the table if it does not exist. It is safe to run at every
-// start-up, and from several processes at once.
+// UpgradeDDL returns the statement that brings a fence table created by an
+// earlier version of this package (no holder column) up to date:
+// ALTER TABLE … ADD COLUMN IF NOT EXISTS holder text. Create runs it when
+// needed.
+func (t *Table) UpgradeDDL() string { return t.upgradeSQL }
+
+// Create creates the table if it does not exist, and adds the holder column
+// to a table created by an earlier version of this package. It is safe to
+// run at every start-up, and from several processes at once.
 func (t *Table) Create(ctx context.Context, db DB) error {
 	if err := checkCall(ctx, db); err != nil {
 		return err
 	}
 	if _, err := db.Exec(ctx, t.ddl); err != nil {
 		// Concurrent CREATE TABLE IF NOT EXISTS can still collide on the
-		// catalog's unique index; the table exists then, which is the goal.
+		// catalog (the table, its row type, a unique index); the table
+		// exists then, which is the goal. Were it something else of that
+		// name, the column lookup below finds no table and says so.
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-			return nil
+		if !errors.As(err, &pgErr) || !alreadyExists[pgErr.Code] {
+			return fmt.Errorf("fencing: create table %s: %w", t.name, err)
 		}
-		return fmt.Errorf("fencing: create table %s: %w", t.name, err)
+	}
+	// Look before altering: ALTER TABLE takes an ACCESS EXCLUSIVE lock even
+	// when it has nothing to do, which at every start-up would queue all
+	// guarded transactions behind any long one, and needs the table's owner.
+	var has bool
+	if err := db.QueryRow(ctx, t.hasHolderSQL, t.name).Scan(&has); err != nil {
+		return fmt.Errorf("fencing: look for the holder column of %s: %w", t.name, err)
+	}
+	if has {
+		return nil
+	}
+	// Processes starting together may all get here: the ALTERs queue on
+	// the table lock and IF NOT EXISTS makes the later ones no-ops.
+	if _, err := db.Exec(ctx, t.upgradeSQL); err != nil {
+		return fmt.Errorf("fencing: add the holder column to %s: %w", t.name, err)
 	}
 	return nil
 }
 
-// Guard raises the fence of resource to token inside tx, or returns a
-// *StaleTokenError (matching ErrStaleToken) if the table already holds a
-// larger token. An equal token is accepted. Call it as the first statement
-// of the transaction, before reading what you will write (see the package
-// doc), and roll the transaction back if it fails: even a refused guard
-// holds the fence row lock until tx ends. That lock is what serialises the
-// guarded transactions on one resource.
-func (t *Table) Guard(ctx context.Context, tx pgx.Tx, resource string, token distlock.Token) error {
-	if err := checkGuard(ctx, tx, resource, token); err != nil {
+// alreadyExists are the SQLSTATEs of a CREATE that lost a race with another:
+// unique_violation, duplicate_object, duplicate_table.
+var alreadyExists = map[string]bool{"23505": true, "42710": true, "42P07": true}
+
+// Guard raises the fence of resource to f inside tx, recording f's token
+// and holder. It accepts a token larger than the stored one, from anyone,
+// and a token equal to it only from the holder that stored it, so one
+// holder may write many times but two holders never pass with one token.
+// Otherwise it returns a *StaleTokenError (matching ErrStaleToken). Take f
+// from [distlock.Lease.Fence]. Call Guard as the first statement of the
+// transaction, before reading what you will write (see the package doc),
+// and roll the transaction back if it fails: even a refused guard holds the
+// fence row lock until tx ends. That lock is what serialises the guarded
+// transactions on one resource.
+func (t *Table) Guard(ctx context.Context, tx pgx.Tx, resource string, f distlock.Fence) error {
+	if err := checkGuard(ctx, tx, resource, f); err != nil {
 		return err
 	}
 	var got int64
-	err := tx.QueryRow(ctx, t.guardSQL, resource, int64(token)).Scan(&got)
+	err := tx.QueryRow(ctx, t.guardSQL, resource, int64(f.Token), f.Holder).Scan(&got)
 	if err == nil {
 		return nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("fencing: guard %q: %w", resource, err)
 	}
-	// Stale. Read the winning token for the error; this runs only on the
+	// Stale. Read the winning fence for the error; this runs only on the
 	// rejection path, so the accepted path stays one statement.
-	se := &StaleTokenError{Resource: fmt.Sprintf("%q", resource), Token: token}
+	se := &StaleTokenError{Resource: fmt.Sprintf("%q", resource), Token: f.Token, Holder: f.Holder}
 	var stored int64
-	if tx.QueryRow(ctx, t.storedSQL, resource).Scan(&stored) == nil {
+	var holder *string
+	if tx.QueryRow(ctx, t.storedSQL, resource).Scan(&stored, &holder) == nil {
 		se.Stored = distlock.Token(stored)
+		if holder != nil {
+			se.StoredHolder = *holder
+		}
 	}
 	return se
 }
 
-// WithGuard begins a transaction on db, guards resource with token as its
-// first statement, runs fn with the transaction and commits. It rolls back,
-// and returns the error, if the guard refuses the token (ErrStaleToken), fn
-// returns an error (returned as is), or fn panics (the panic goes on after
-// the rollback). If Commit fails its error is returned; as with any commit,
+// WithGuard begins a transaction on db, guards resource with f as its first
+// statement (see Guard), runs fn with the transaction and commits. It rolls
+// back, and returns the error, if the guard refuses the fence
+// (ErrStaleToken), fn returns an error (returned as is), or fn panics (the
+// panic goes on after the rollback). If Commit fails its error is returned; as with any commit,
 // a connection lost during it leaves the outcome unknown.
-func (t *Table) WithGuard(ctx context.Context, db Beginner, resource string, token distlock.Token, fn func(pgx.Tx) error) (err error) {
+func (t *Table) WithGuard(ctx context.Context, db Beginner, resource string, f distlock.Fence, fn func(pgx.Tx) error) (err error) {
 	if err := checkCall(ctx, db); err != nil {
 		return err
 	}
-	if err := checkResource(resource, token); err != nil {
+	if err := checkResource(resource, f); err != nil {
 		return err
 	}
 	if fn == nil {
@@ -219,7 +281,7 @@ func (t *Table) WithGuard(ctx context.Context, db Beginner, resource string, tok
 			err = errors.Join(err, fmt.Errorf("fencing: rollback: %w", rerr))
 		}
 	}()
-	if err := t.Guard(ctx, tx, resource, token); err != nil {
+	if err := t.Guard(ctx, tx, resource, f); err != nil {
 		return err
 	}
 	if err := fn(tx); err != nil {
@@ -233,24 +295,25 @@ func (t *Table) WithGuard(ctx context.Context, db Beginner, resource string, tok
 	return nil
 }
 
-// Migrate creates DefaultTable if it does not exist.
+// Migrate creates DefaultTable if it does not exist, or upgrades it (see
+// Table.Create).
 func Migrate(ctx context.Context, db DB) error { return defaultTable.Create(ctx, db) }
 
 // Guard is Table.Guard on DefaultTable.
-func Guard(ctx context.Context, tx pgx.Tx, resource string, token distlock.Token) error {
-	return defaultTable.Guard(ctx, tx, resource, token)
+func Guard(ctx context.Context, tx pgx.Tx, resource string, f distlock.Fence) error {
+	return defaultTable.Guard(ctx, tx, resource, f)
 }
 
 // WithGuard is Table.WithGuard on DefaultTable.
-func WithGuard(ctx context.Context, db Beginner, resource string, token distlock.Token, fn func(pgx.Tx) error) error {
-	return defaultTable.WithGuard(ctx, db, resource, token, fn)
+func WithGuard(ctx context.Context, db Beginner, resource string, f distlock.Fence, fn func(pgx.Tx) error) error {
+	return defaultTable.WithGuard(ctx, db, resource, f, fn)
 }
 
-func checkGuard(ctx context.Context, tx pgx.Tx, resource string, token distlock.Token) error {
+func checkGuard(ctx context.Context, tx pgx.Tx, resource string, f distlock.Fence) error {
 	if err := checkCall(ctx, tx); err != nil {
 		return err
 	}
-	return checkResource(resource, token)
+	return checkResource(resource, f)
 }
 
 func checkCall(ctx context.Context, db any) error {
@@ -263,19 +326,33 @@ func checkCall(ctx context.Context, db any) error {
 	return nil
 }
 
-func checkResource(resource string, token distlock.Token) error {
+func checkResource(resource string, f distlock.Fence) error {
 	// Resources are usually lock keys, so the same rules apply; they also
 	// keep NUL bytes, which text columns refuse, out of the statement.
 	if err := distlock.ValidateKey(resource); err != nil {
 		return invalid("resource: %w", err)
 	}
-	return checkToken(token)
+	return checkFence(f)
 }
 
-func checkToken(token distlock.Token) error {
-	if token <= 0 {
+// maxHolder is the longest Fence.Holder accepted, in bytes: ids are short
+// (Lease.Fence gives 24 hex digits), and a bound keeps fence rows small.
+const maxHolder = 255
+
+func checkFence(f distlock.Fence) error {
+	switch {
+	case f.Token <= 0:
 		// Every backend's tokens are positive; zero is an unset Token.
-		return invalid("token %d is not positive", token)
+		return invalid("token %d is not positive", f.Token)
+	case f.Holder == "":
+		// Without a holder an equal token cannot be told apart from
+		// another holder's: take the fence from Lease.Fence.
+		return invalid("empty fence holder (use Lease.Fence)")
+	case len(f.Holder) > maxHolder:
+		return invalid("fence holder is %d bytes, more than %d", len(f.Holder), maxHolder)
+	case !utf8.ValidString(f.Holder) || strings.IndexByte(f.Holder, 0) >= 0:
+		// A text column refuses both; say so before the database does.
+		return invalid("fence holder %q is not UTF-8 text without NUL bytes", f.Holder)
 	}
 	return nil
 }

@@ -21,9 +21,10 @@ type Column struct {
 
 // RowUpdate is a fenced UPDATE of one row of the caller's own table, for hot
 // rows where a separate fence row would be a second point of contention. The
-// table needs a token column, e.g.
+// table needs a token column and a holder column, e.g.
 //
-//	ALTER TABLE accounts ADD COLUMN fence bigint NOT NULL DEFAULT 0;
+//	ALTER TABLE accounts ADD COLUMN fence bigint NOT NULL DEFAULT 0,
+//	                     ADD COLUMN fence_holder text;
 type RowUpdate struct {
 	// Table is the table name, optionally schema-qualified:
 	// pgx.Identifier{"accounts"} or pgx.Identifier{"app", "accounts"}.
@@ -31,6 +32,12 @@ type RowUpdate struct {
 	// Fence is the bigint column holding the highest token that wrote the
 	// row (NULL counts as 0).
 	Fence string
+	// Holder is the text column holding the holder of that token. It is
+	// required: without it an equal token cannot be told apart — a token
+	// handed out twice would let two holders write — and refusing equal
+	// tokens outright (a strict <) would refuse a holder's own second
+	// write, such as the write after its claim.
+	Holder string
 	// Key picks the row: column = value for each entry, ANDed. It must
 	// identify at most one row and its values must not be NULL.
 	Key []Column
@@ -41,23 +48,27 @@ type RowUpdate struct {
 
 // UpdateRow runs, as one statement,
 //
-//	UPDATE table SET set..., fence = token WHERE key... AND fence <= token
+//	UPDATE table SET set..., fence = f.Token, holder = f.Holder
+//	WHERE key... AND (fence < f.Token OR (fence = f.Token AND holder = f.Holder))
 //
-// and returns nil if the row was written. Zero rows written means either the
-// row's fence is ahead of token — a *StaleTokenError matching ErrStaleToken —
-// or no row matches the key, ErrRowNotFound; a second read, only on this
-// failure path, tells which (in a concurrent race between the two statements
-// it reports what it then sees). db may be a pool, a connection or a
-// transaction; inside a transaction, a stale error leaves it usable, but you
-// will normally roll it back.
-func UpdateRow(ctx context.Context, db DB, u RowUpdate, token distlock.Token) error {
+// and returns nil if the row was written: a larger token is accepted from
+// anyone, an equal one only from the holder that wrote it (a NULL fence
+// counts as 0; a NULL holder matches no one). Zero rows written means
+// either the row's fence is ahead of f, or at f's token from another
+// holder — a *StaleTokenError matching ErrStaleToken — or no row matches the
+// key, ErrRowNotFound; a second read, only on this failure path, tells which
+// (in a concurrent race between the two statements it reports what it then
+// sees). db may be a pool, a connection or a transaction; inside a
+// transaction, a stale error leaves it usable, but you will normally roll it
+// back.
+func UpdateRow(ctx context.Context, db DB, u RowUpdate, f distlock.Fence) error {
 	if err := checkCall(ctx, db); err != nil {
 		return err
 	}
-	if err := checkToken(token); err != nil {
+	if err := checkFence(f); err != nil {
 		return err
 	}
-	update, check, args, err := u.build(token)
+	update, check, args, err := u.build(f)
 	if err != nil {
 		return err
 	}
@@ -69,15 +80,20 @@ func UpdateRow(ctx context.Context, db DB, u RowUpdate, token distlock.Token) er
 		return nil
 	}
 	var stored int64
-	err = db.QueryRow(ctx, check, args[len(u.Set)+1:]...).Scan(&stored)
+	var holder *string // NULL: never written with a holder
+	err = db.QueryRow(ctx, check, args[len(u.Set)+2:]...).Scan(&stored, &holder)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: %s", ErrRowNotFound, u.describe())
 	case err != nil:
 		// Nothing was written; only the reason is unknown.
 		return fmt.Errorf("fencing: update %s wrote no row (stale token or no such row; reading which failed: %w)", u.describe(), err)
-	case distlock.Token(stored) > token:
-		return &StaleTokenError{Resource: u.describe(), Token: token, Stored: distlock.Token(stored)}
+	case distlock.Token(stored) > f.Token, distlock.Token(stored) == f.Token && (holder == nil || *holder != f.Holder):
+		se := &StaleTokenError{Resource: u.describe(), Token: f.Token, Holder: f.Holder, Stored: distlock.Token(stored)}
+		if holder != nil {
+			se.StoredHolder = *holder
+		}
+		return se
 	default:
 		// The row appeared, or its fence fell back, after the update ran.
 		return fmt.Errorf("%w when the update ran: %s", ErrRowNotFound, u.describe())
@@ -85,9 +101,9 @@ func UpdateRow(ctx context.Context, db DB, u RowUpdate, token distlock.Token) er
 }
 
 // build returns the UPDATE, the fence read for the failure path, and the
-// arguments: the Set values, the token, then the Key values (the read uses
-// only the Key values, so it shares the tail of the slice).
-func (u *RowUpdate) build(token distlock.Token) (update, check string, args []any, err error) {
+// arguments: the Set values, the token, the holder, then the Key values (the
+// read uses only the Key values, so it shares the tail of the slice).
+func (u *RowUpdate) build(f distlock.Fence) (update, check string, args []any, err error) {
 	if len(u.Table) == 0 || len(u.Table) > 3 {
 		return "", "", nil, invalid("table name needs 1 to 3 parts, got %d", len(u.Table))
 	}
@@ -99,17 +115,23 @@ func (u *RowUpdate) build(token distlock.Token) (update, check string, args []an
 	if err := checkIdent(u.Fence); err != nil {
 		return "", "", nil, invalid("fence column: %w", err)
 	}
+	if err := checkIdent(u.Holder); err != nil {
+		return "", "", nil, invalid("holder column: %w", err)
+	}
+	if u.Holder == u.Fence {
+		return "", "", nil, invalid("holder column %q is the fence column", u.Holder)
+	}
 	if len(u.Key) == 0 {
 		// Without a key the UPDATE would write every row.
 		return "", "", nil, invalid("no key columns")
 	}
-	seen := map[string]bool{u.Fence: true}
+	seen := map[string]bool{u.Fence: true, u.Holder: true}
 	for _, c := range u.Set {
 		if err := checkIdent(c.Name); err != nil {
 			return "", "", nil, invalid("set column: %w", err)
 		}
 		if seen[c.Name] {
-			return "", "", nil, invalid("column %q is set twice or is the fence column", c.Name)
+			return "", "", nil, invalid("column %q is set twice or is the fence or holder column", c.Name)
 		}
 		seen[c.Name] = true
 	}
@@ -121,16 +143,17 @@ func (u *RowUpdate) build(token distlock.Token) (update, check string, args []an
 
 	table := u.Table.Sanitize()
 	fence := pgx.Identifier{u.Fence}.Sanitize()
-	args = make([]any, 0, len(u.Set)+1+len(u.Key))
+	holder := pgx.Identifier{u.Holder}.Sanitize()
+	args = make([]any, 0, len(u.Set)+2+len(u.Key))
 	var b strings.Builder
 	b.WriteString("UPDATE " + table + " SET ")
 	for _, c := range u.Set {
 		args = append(args, c.Value)
 		b.WriteString(pgx.Identifier{c.Name}.Sanitize() + " = $" + strconv.Itoa(len(args)) + ", ")
 	}
-	args = append(args, int64(token))
-	tok := "$" + strconv.Itoa(len(args))
-	b.WriteString(fence + " = " + tok + " WHERE ")
+	args = append(args, int64(f.Token), f.Holder)
+	tok, who := "$"+strconv.Itoa(len(args)-1), "$"+strconv.Itoa(len(args))
+	b.WriteString(fence + " = " + tok + ", " + holder + " = " + who + " WHERE ")
 	var where strings.Builder
 	for i, c := range u.Key {
 		args = append(args, c.Value)
@@ -139,7 +162,10 @@ func (u *RowUpdate) build(token distlock.Token) (update, check string, args []an
 		}
 		where.WriteString(pgx.Identifier{c.Name}.Sanitize() + " = $" + strconv.Itoa(len(args)))
 	}
-	b.WriteString(where.String() + " AND COALESCE(" + fence + ", 0) <= " + tok)
+	// A NULL holder equals nothing: a row last written without one
+	// accepts only a larger token.
+	b.WriteString(where.String() + " AND (COALESCE(" + fence + ", 0) < " + tok +
+		" OR (" + fence + " = " + tok + " AND " + holder + " = " + who + "))")
 
 	// The read numbers its Key placeholders from $1.
 	var cw strings.Builder
@@ -149,7 +175,7 @@ func (u *RowUpdate) build(token distlock.Token) (update, check string, args []an
 		}
 		cw.WriteString(pgx.Identifier{c.Name}.Sanitize() + " = $" + strconv.Itoa(i+1))
 	}
-	check = "SELECT COALESCE(" + fence + ", 0) FROM " + table + " WHERE " + cw.String() + " LIMIT 1"
+	check = "SELECT COALESCE(" + fence + ", 0), " + holder + " FROM " + table + " WHERE " + cw.String() + " LIMIT 1"
 	return b.String(), check, args, nil
 }
 

@@ -195,6 +195,9 @@ func faultCells(r matrixfile.Row) []string {
 	if r.Broken != "" {
 		test += ": " + r.Broken
 	}
+	if r.LegitRejected > 0 {
+		test += fmt.Sprintf(": %d legitimate write(s) rejected", r.LegitRejected)
+	}
 	return []string{r.Backend, r.Fault, r.Mode, strconv.Itoa(r.Ops), strconv.Itoa(r.Accepted), strconv.Itoa(r.Rejected),
 		strconv.Itoa(r.Overlaps), strconv.FormatInt(r.LostUpdates, 10), strconv.Itoa(r.StaleAccepted), r.Linearizable,
 		ms(r.DoneAfterMs), ms(r.LongestWaitMs), test}

@@ -23,9 +23,11 @@ instance the backend expired it), COMMAND gets SIGTERM, then SIGKILL after
 --grace, and distlock exits with status 70.
 
 COMMAND's environment gains:
-  DISTLOCK_TOKEN  the fencing token (pass it to what the lock protects)
-  DISTLOCK_KEY    the key
-  DISTLOCK_URL    the backend URL
+  DISTLOCK_TOKEN   the fencing token (pass it to what the lock protects)
+  DISTLOCK_HOLDER  the lease's holder id: pass it with the token (a fence
+                   accepts an equal token only from the holder that wrote it)
+  DISTLOCK_KEY     the key
+  DISTLOCK_URL     the backend URL
 
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to distlock are
 forwarded to COMMAND. COMMAND runs in its own process group (so that a lost
@@ -115,6 +117,7 @@ func runLocked(ctx context.Context, c runConfig, argv []string, s stdio) int {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = s.in, s.out, s.err
 	cmd.Env = append(os.Environ(),
 		"DISTLOCK_TOKEN="+lease.Token().String(),
+		"DISTLOCK_HOLDER="+lease.Fence().Holder,
 		"DISTLOCK_KEY="+c.key,
 		"DISTLOCK_URL="+c.url,
 	)

@@ -40,13 +40,17 @@ func TestRunPassesTokenKeyAndURL(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r := runCLI(t, "run", "--url", url, "--key", "job", "--", "sh", "-c", `echo "$DISTLOCK_TOKEN|$DISTLOCK_KEY|$DISTLOCK_URL"`)
+	r := runCLI(t, "run", "--url", url, "--key", "job", "--", "sh", "-c", `echo "$DISTLOCK_TOKEN|$DISTLOCK_KEY|$DISTLOCK_URL|$DISTLOCK_HOLDER"`)
 	if r.code != 0 {
 		t.Fatalf("code %d, stderr:\n%s", r.code, r.stderr)
 	}
 	parts := strings.Split(strings.TrimSpace(r.stdout), "|")
-	if len(parts) != 3 {
+	if len(parts) != 4 {
 		t.Fatalf("child printed %q", r.stdout)
+	}
+	// The fence needs the holder beside the token; another lease's differs.
+	if parts[3] == "" || parts[3] == first.Fence().Holder {
+		t.Errorf("DISTLOCK_HOLDER = %q, want this lease's own holder id (the earlier lease's is %q)", parts[3], first.Fence().Holder)
 	}
 	tok, err := strconv.ParseInt(parts[0], 10, 64)
 	if err != nil || distlock.Token(tok) <= first.Token() {

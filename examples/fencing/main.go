@@ -189,7 +189,7 @@ func run(ctx context.Context, w io.Writer, cfg config) error {
 	// clientB.Close releases B's lease.
 	fmt.Fprintf(w, "B: acquired the lock with token %d\n", b.Token())
 	var readByB int64
-	err = fencing.WithGuard(ctx, pool, account, b.Token(), func(tx pgx.Tx) error {
+	err = fencing.WithGuard(ctx, pool, account, b.Fence(), func(tx pgx.Tx) error {
 		var err error
 		if readByB, err = balance(ctx, tx, account); err != nil {
 			return err
@@ -203,7 +203,7 @@ func run(ctx context.Context, w io.Writer, cfg config) error {
 		b.Token(), readByB, readByB+depositB, depositB)
 
 	fmt.Fprintf(w, "A: wakes up, still thinks it holds the lock, writes %d with token %d\n", readByA+depositA, a.Token())
-	errA := fencing.WithGuard(ctx, pool, account, a.Token(), func(tx pgx.Tx) error {
+	errA := fencing.WithGuard(ctx, pool, account, a.Fence(), func(tx pgx.Tx) error {
 		return setBalance(ctx, tx, account, readByA+depositA, "A")
 	})
 	switch {

@@ -50,16 +50,21 @@ type interval struct {
 
 // Check is the verdict on one scenario's history.
 type Check struct {
-	Acquires     int // leases granted
-	Writes       int // writes attempted
-	Accepted     int // writes committed (acknowledged increments)
-	Rejected     int // writes refused by the fence
-	Uncertain    int // writes whose outcome is unknown (an error other than the fence)
-	AcquireErrs  int // failed Acquire calls (10 s bound each), e.g. while a server is down
-	Overlaps     int // pairs of leases on the key whose belief intervals intersect
-	Final        int64
-	LostUpdates  int64 // acknowledged increments missing from the final counter
-	StaleAccepts int   // accepted writes whose token is below one committed before they began
+	Acquires int // leases granted
+	Writes   int // writes attempted
+	Accepted int // writes committed (acknowledged increments)
+	Rejected int // writes refused by the fence
+	// LegitRejected are the refused writes whose lease still stood by its
+	// own account (not ended by Done/Err, deadline not passed) when the
+	// refusal came back: legitimate writes rejected, a liveness failure.
+	// A refusal after the lease ended is the fence doing its job.
+	LegitRejected int
+	Uncertain     int // writes whose outcome is unknown (an error other than the fence)
+	AcquireErrs   int // failed Acquire calls (10 s bound each), e.g. while a server is down
+	Overlaps      int // pairs of leases on the key whose belief intervals intersect
+	Final         int64
+	LostUpdates   int64 // acknowledged increments missing from the final counter
+	StaleAccepts  int   // accepted writes whose token is below one committed before they began, or equal to one another holder committed
 	// Linearizable is porcupine's verdict on the accepted read-modify-writes
 	// seen as atomic increments of one counter (plus the final read):
 	// "ok", "illegal" or "unknown" (checker timed out).
@@ -104,6 +109,9 @@ func check(evs [][]Event, final int64, lastT int64) Check {
 					c.Accepted++
 				case "stale":
 					c.Rejected++
+					if e.Valid {
+						c.LegitRejected++
+					}
 				default:
 					c.Uncertain++
 				}
@@ -145,8 +153,9 @@ func overlaps(ivs []interval) int {
 
 // staleAccepts counts accepted writes whose token is lower than that of an
 // accepted write that had committed before they wrote (before their UPDATE
-// was sent, so surely before their commit): the writes a fence exists to
-// refuse. Writes whose order is not certain are not compared.
+// was sent, so surely before their commit), or equal to it from another
+// holder (a repeated token): the writes a fence exists to refuse. Writes
+// whose order is not certain are not compared.
 func staleAccepts(writes []Event) int {
 	var ok []Event
 	for _, w := range writes {
@@ -161,11 +170,26 @@ func staleAccepts(writes []Event) int {
 		m = max(m, w.Token)
 		maxTok[i] = m
 	}
+	// The holders that committed each token, with when they first did.
+	type first struct {
+		holder string
+		t      int64
+	}
+	byTok := map[int64][]first{}
+	for _, w := range ok {
+		if w.Holder == "" || slices.ContainsFunc(byTok[w.Token], func(f first) bool { return f.holder == w.Holder }) {
+			continue
+		}
+		byTok[w.Token] = append(byTok[w.Token], first{w.Holder, w.T})
+	}
 	n := 0
 	for _, w := range ok {
 		// writes committed strictly before w wrote
 		i := sort.Search(len(ok), func(i int) bool { return ok[i].T >= w.TW })
-		if i > 0 && maxTok[i-1] > w.Token {
+		switch {
+		case i > 0 && maxTok[i-1] > w.Token:
+			n++
+		case w.Holder != "" && slices.ContainsFunc(byTok[w.Token], func(f first) bool { return f.holder != w.Holder && f.t < w.TW }):
 			n++
 		}
 	}

@@ -80,3 +80,37 @@ func TestCheckRejectedAndUncertain(t *testing.T) {
 		t.Errorf("final 5 (no such history) judged %s", c.Linearizable)
 	}
 }
+
+func TestCheckLegitimateWriteRejected(t *testing.T) {
+	// Worker 0's write is refused while its lease still stood (Valid): a
+	// liveness failure. Worker 1's is refused after its lease ended: the
+	// fence doing its job.
+	legit := wr(0, 5, 11, 15, 0, "stale")
+	legit.Valid = true
+	evs := [][]Event{
+		{acq(0, 5, 10), legit, rel(0, 5, 16)},
+		{acq(1, 4, 20), lostAt(1, 4, 21), wr(1, 4, 22, 25, 0, "stale"), rel(1, 4, 26)},
+	}
+	c := check(evs, 0, 100)
+	if c.Rejected != 2 || c.LegitRejected != 1 {
+		t.Fatalf("rejected %d, rejected while valid %d; want 2 and 1", c.Rejected, c.LegitRejected)
+	}
+}
+
+func TestCheckRepeatedTokenAccepted(t *testing.T) {
+	// Two holders were given token 3 (a lock service that lost its
+	// counter); both writes were accepted, the second after the first
+	// committed: a stale write accepted. One holder writing twice is not.
+	by := func(e Event, holder string) Event { e.Holder = holder; return e }
+	evs := [][]Event{
+		{acq(0, 3, 10), by(wr(0, 3, 11, 15, 0, "ok"), "a"), by(wr(0, 3, 16, 18, 1, "ok"), "a"), rel(0, 3, 19)},
+		{acq(1, 3, 20), by(wr(1, 3, 21, 25, 2, "ok"), "b"), rel(1, 3, 26)},
+	}
+	if c := check(evs, 3, 100); c.StaleAccepts != 1 {
+		t.Fatalf("stale accepts = %d, want 1 (holder b's write with a's token)", c.StaleAccepts)
+	}
+	evs[1] = nil
+	if c := check(evs, 2, 100); c.StaleAccepts != 0 {
+		t.Fatalf("stale accepts = %d for one holder writing twice, want 0", c.StaleAccepts)
+	}
+}

@@ -34,6 +34,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/fencing"
+	"github.com/distlock/distlock/internal/faults/history"
 	"github.com/distlock/distlock/redis"
 )
 
@@ -56,6 +57,12 @@ type Fault struct {
 	// Link marks the faults that need a proxy between each worker and the
 	// servers.
 	Link bool
+	// Supersedes marks the faults that, by design, hand the lock to a
+	// second holder while the targeted lease still stands by its own clock
+	// (a clock jump, which the backend declares it cannot survive). The
+	// fence must then refuse the targeted holder: its refused writes are
+	// not counted as legitimate writes rejected. Every other write is.
+	Supersedes bool
 	// Settle is the least time the scenario runs after the fault, so that
 	// the backend can recover (an etcd proposal caught by a leader's death
 	// fails only after etcd's request timeout, about 6 s).
@@ -245,7 +252,7 @@ func readStatus(path string) int64 {
 // believing it holds the lock. Its token must be below the second's.
 func RedlockClockJump() Fault {
 	return Fault{
-		Name: "redlock-clock-jump", Tolerated: never,
+		Name: "redlock-clock-jump", Tolerated: never, Supersedes: true,
 		Applies: func(tg *Target) bool { return strings.HasPrefix(tg.Backend, "redlock") && len(tg.Servers) == 3 },
 		Inject: func(ctx context.Context, env *Env) (Injected, error) {
 			k := redis.KeysFor(redis.DefaultPrefix, env.Key)
@@ -339,9 +346,9 @@ func (env *Env) secondHolder(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	tok := int64(lease.Token())
-	env.record(Event{Worker: id, Ev: "acquire", T0: t0, T: Mono(), Token: tok})
-	w := Event{Worker: id, Ev: "write", T0: Mono(), Token: tok}
+	tok, fence := int64(lease.Token()), lease.Fence()
+	env.record(Event{Worker: id, Ev: "acquire", T0: t0, T: Mono(), Token: tok, Holder: fence.Holder})
+	w := Event{Worker: id, Ev: "write", T0: Mono(), Token: tok, Holder: fence.Holder}
 	incr := func(q querier) error {
 		if err := q.QueryRow(ctx, `SELECT n FROM faults_counter WHERE key = $1`, env.Key).Scan(&w.Read); err != nil {
 			return err
@@ -351,10 +358,11 @@ func (env *Env) secondHolder(ctx context.Context) (int64, error) {
 		return err
 	}
 	if env.Guarded {
-		err = fencing.WithGuard(ctx, env.Pool, env.Key, lease.Token(), func(tx pgx.Tx) error { return incr(tx) })
+		err = fencing.WithGuard(ctx, env.Pool, env.Key, fence, func(tx pgx.Tx) error { return incr(tx) })
 	} else {
 		err = incr(env.Pool)
 	}
+	w.Valid = history.LeaseValid(lease)
 	switch {
 	case err == nil:
 		w.Result = "ok"

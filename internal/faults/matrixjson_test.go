@@ -46,7 +46,7 @@ func writeMatrixJSON(t *testing.T, path string, began time.Time, after time.Dura
 		r := c.Row
 		f.Rows = append(f.Rows, matrixfile.Row{
 			Backend: r.Backend, Family: c.Guarantees.Backend, Fault: r.Fault, Mode: r.Mode,
-			Ops: r.Writes, Accepted: r.Accepted, Rejected: r.Rejected, Uncertain: r.Uncertain,
+			Ops: r.Writes, Accepted: r.Accepted, Rejected: r.Rejected, Uncertain: r.Uncertain, LegitRejected: r.LegitRejected,
 			Acquires: r.Acquires, AcquireErrors: r.AcquireErrs, Overlaps: r.Overlaps,
 			LostUpdates: r.LostUpdates, StaleAccepted: r.StaleAccepts, Linearizable: r.Linearizable,
 			DoneAfterMs: matrixfile.Ms(r.DoneAfterResume), LongestWaitMs: matrixfile.Ms(r.Usable),

@@ -70,7 +70,11 @@ type Row struct {
 	Accepted  int `json:"accepted"`
 	Rejected  int `json:"rejected"`
 	Uncertain int `json:"uncertain"`
-	Acquires  int `json:"acquires"`
+	// LegitRejected are the rejected writes whose lease still stood (not
+	// ended, deadline not passed): legitimate writes refused, a liveness
+	// failure. Absent from files written before it was recorded.
+	LegitRejected int `json:"legit_rejected"`
+	Acquires      int `json:"acquires"`
 	// AcquireErrors are failed Acquire calls (e.g. while a server was down).
 	AcquireErrors int `json:"acquire_errors"`
 	// Overlaps are pairs of leases whose belief intervals intersect.

@@ -6,9 +6,10 @@
 // Each worker repeatedly acquires -key on the backend named by -url (any
 // distlock.Open URL), reads a counter row in PostgreSQL, sleeps a short
 // random time, writes counter+1 and releases. With -mode=guarded the read
-// and the write run in one transaction that starts with fencing.Guard; with
-// -mode=unguarded they are a plain SELECT and UPDATE, and nothing checks the
-// lease before the write (the naive client the fence exists for).
+// and the write run in one transaction that starts with fencing.Guard,
+// given the lease's Fence (token and holder id); with -mode=unguarded they
+// are a plain SELECT and UPDATE, and nothing checks the lease before the
+// write (the naive client the fence exists for).
 //
 // Every event is appended to -log as one JSON line stamped with
 // CLOCK_MONOTONIC, which all processes on one machine share (Go's own
@@ -160,8 +161,8 @@ func run(url, key, dsn, mode, logPath, status string, id, ops int, duration, ttl
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		tok := int64(lease.Token())
-		rec.log(Event{Ev: "acquire", T0: t0, Token: tok})
+		tok, fence := int64(lease.Token()), lease.Fence()
+		rec.log(Event{Ev: "acquire", T0: t0, Token: tok, Holder: fence.Holder})
 		setStatus("held " + strconv.FormatInt(tok, 10))
 		watchers.Add(1)
 		go func() {
@@ -177,14 +178,17 @@ func run(url, key, dsn, mode, logPath, status string, id, ops int, duration, ttl
 		octx, ocancel := context.WithTimeout(context.Background(), 20*time.Second)
 		time.Sleep(nap())
 		setStatus("db " + strconv.FormatInt(tok, 10))
-		w := Event{Ev: "write", T0: mono(), Token: tok}
+		w := Event{Ev: "write", T0: mono(), Token: tok, Holder: fence.Holder}
 		if mode == "guarded" {
-			err = fencing.WithGuard(octx, pool, key, lease.Token(), func(tx pgx.Tx) error {
+			err = fencing.WithGuard(octx, pool, key, fence, func(tx pgx.Tx) error {
 				return increment(octx, tx, key, nap(), &w)
 			})
 		} else {
 			err = increment(octx, pool, key, nap(), &w)
 		}
+		// Judged as the result comes back: a refusal while the lease still
+		// stands is a liveness failure, one after it ended is not.
+		w.Valid = history.LeaseValid(lease)
 		switch {
 		case err == nil:
 			w.Result = "ok"
