@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/distlock/distlock/internal/faults/matrixfile"
+	"github.com/distlock/distlock/cmd/internal/faults/matrixfile"
 )
 
 const benchHelp = `

@@ -2,7 +2,7 @@ package main
 
 import (
 	"github.com/distlock/distlock"
-	"github.com/distlock/distlock/internal/faults/matrixfile"
+	"github.com/distlock/distlock/cmd/internal/faults/matrixfile"
 )
 
 // Figure is one measured quantity of one backend.

@@ -7,7 +7,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/distlock/distlock/internal/faults/matrixfile"
+	"github.com/distlock/distlock/cmd/internal/faults/matrixfile"
 )
 
 var compareHelp = `
@@ -15,13 +15,13 @@ Usage: distlock compare [flags]
 
 Runs the bench measurements (see "distlock bench --help"; same flags) and
 prints each backend's declared guarantees (distlock.Guarantees) beside the
-measured figures and the fault harness's rows for it (internal/faults: what
+measured figures and the fault harness's rows for it (cmd/internal/faults: what
 the lock, unguarded and guarded by a fencing token, did under paused,
 killed and lost servers, paused holders, blackholed links), in one text
 table and, with --json and --html, one JSON and one HTML report.
 
 The fault rows come from a file the fault-matrix test writes; produce it
-from the module root with
+from the repository root with
 
   ` + matrixfile.Command(defaultFaults) + `
 

@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
-	"github.com/distlock/distlock/internal/faults/matrixfile"
+	"github.com/distlock/distlock/cmd/internal/faults/matrixfile"
 )
 
 // defaultFaults is where compare looks for the fault matrix without --faults
-// (relative to the working directory: the module root for `make demo`).
+// (relative to the working directory: the repository root for `make demo`).
 const defaultFaults = "reports/faults.json"
 
 // FaultMatrix is compare's fault-matrix section: the run's header, or why
@@ -34,7 +34,7 @@ type FaultMatrix struct {
 // missingFaults is the text shown when compare has no fault-matrix file.
 func missingFaults() string {
 	return "Fault matrix: no rows in this report (no " + defaultFaults + " and no --faults FILE). " +
-		"Produce them from the module root with `" + matrixfile.Command(defaultFaults) + "` " +
+		"Produce them from the repository root with `" + matrixfile.Command(defaultFaults) + "` " +
 		"(~2–3 min; add -faults.long for the long matrix, ~8 min), then run compare again."
 }
 
@@ -176,7 +176,7 @@ const faultLegend = "ops: writes attempted, each a read-modify-write of a Postgr
 	"overlaps: pairs of leases whose belief intervals intersect; lost: acknowledged increments missing; " +
 	"stale ok: writes accepted with a token below one already committed; lin: porcupine's verdict.\n" +
 	"done after: the faulted lease's Done closing, after the resume (pause) or the fault's start; " +
-	"longest wait: longest time without a grant from the fault on; test: the cell's assertions (internal/faults/README.md)."
+	"longest wait: longest time without a grant from the fault on; test: the cell's assertions (cmd/internal/faults/README.md)."
 
 var faultCols = []string{"deployment", "fault", "mode", "ops", "accepted", "rejected", "overlaps", "lost", "stale ok", "lin", "done after", "longest wait", "test"}
 

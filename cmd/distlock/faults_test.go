@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/distlock/distlock"
-	"github.com/distlock/distlock/internal/faults/matrixfile"
+	"github.com/distlock/distlock/cmd/internal/faults/matrixfile"
 )
 
 const faultsFixture = "testdata/faults.json"
@@ -128,7 +128,7 @@ func TestCompareFaultsMissing(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("code %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	cmd := "FAULTS_JSON=reports/faults.json go test ./internal/faults -run Matrix -count=1"
+	cmd := "FAULTS_JSON=reports/faults.json go test ./cmd/internal/faults -run Matrix -count=1"
 	for _, want := range []string{"Fault matrix: no rows in this report", cmd} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("text report lacks %q:\n%s", want, r.stdout)

@@ -13,7 +13,7 @@
 //
 // Run the long matrix (≥ 10,000 guarded operations, a table at the end) with
 //
-//	go test ./internal/faults -run Matrix -faults.long -v
+//	go test ./cmd/internal/faults -run Matrix -faults.long -v
 //
 // or FAULTS_LONG=1.
 package faults
@@ -33,8 +33,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/cmd/internal/faults/history"
 	"github.com/distlock/distlock/fencing"
-	"github.com/distlock/distlock/internal/faults/history"
 	"github.com/distlock/distlock/redis"
 )
 

@@ -202,7 +202,7 @@ func Setup(t testing.TB) *Shared {
 
 func buildWorker(dir string) string {
 	bin := filepath.Join(dir, "faults-worker")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/distlock/distlock/internal/faults/worker")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/distlock/distlock/cmd/internal/faults/worker")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Sprintf("error: build worker: %v\n%s", err, out)
 	}

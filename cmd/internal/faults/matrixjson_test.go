@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
-	"github.com/distlock/distlock/internal/faults/matrixfile"
+	"github.com/distlock/distlock/cmd/internal/faults/matrixfile"
 )
 
 // cell is a matrix row with what the JSON file adds: the deployment's
@@ -26,7 +26,7 @@ type cell struct {
 // failure to write fails the test: the caller asked for the file.
 func writeMatrixJSON(t *testing.T, path string, began time.Time, after time.Duration, cells []cell, skipped []string) {
 	t.Helper()
-	path = fromModuleRoot(path)
+	path = fromRepoRoot(path)
 	el := time.Since(began).Round(time.Second)
 	f := &matrixfile.File{Header: matrixfile.Header{
 		Version: matrixfile.Version, Matrix: "short", Date: began.UTC().Truncate(time.Second),
@@ -63,10 +63,12 @@ func writeMatrixJSON(t *testing.T, path string, began time.Time, after time.Dura
 	t.Logf("wrote %d rows to %s", len(f.Rows), path)
 }
 
-// fromModuleRoot makes a relative path relative to the module root: go test
-// runs the test in the package directory, but the user typed the path at
-// the root (FAULTS_JSON=reports/faults.json go test ./internal/faults).
-func fromModuleRoot(path string) string {
+// fromRepoRoot makes a relative path relative to the repository root: go
+// test runs the test in the package directory, but the user typed the path
+// at the root (FAULTS_JSON=reports/faults.json go test ./cmd/internal/faults).
+// The root is the nearest directory up with a go.work (this package's module,
+// cmd/, is not the root); without one, the nearest with a go.mod.
+func fromRepoRoot(path string) string {
 	if filepath.IsAbs(path) {
 		return path
 	}
@@ -74,14 +76,22 @@ func fromModuleRoot(path string) string {
 	if err != nil {
 		return path
 	}
+	modRoot := ""
 	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
 			return filepath.Join(d, path)
 		}
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil && modRoot == "" {
+			modRoot = d
+		}
 		if filepath.Dir(d) == d {
-			return path
+			break
 		}
 	}
+	if modRoot == "" {
+		return path
+	}
+	return filepath.Join(modRoot, path)
 }
 
 // gitHead is the tested tree's commit, "+dirty" when it has changes; "" when

@@ -40,8 +40,8 @@ import (
 
 	"github.com/distlock/distlock"
 	_ "github.com/distlock/distlock/all"
+	"github.com/distlock/distlock/cmd/internal/faults/history"
 	"github.com/distlock/distlock/fencing"
-	"github.com/distlock/distlock/internal/faults/history"
 )
 
 // Event is one line of the worker's log (see package history).

@@ -15,7 +15,7 @@ import (
 
 var (
 	long    = flag.Bool("faults.long", os.Getenv("FAULTS_LONG") != "", "run the long matrix (≥ 10,000 guarded operations) and print its table")
-	jsonOut = flag.String("faults.json", os.Getenv("FAULTS_JSON"), "write the matrix's rows as JSON to this file (a relative path is taken from the module root; or FAULTS_JSON)")
+	jsonOut = flag.String("faults.json", os.Getenv("FAULTS_JSON"), "write the matrix's rows as JSON to this file (a relative path is taken from the repository root; or FAULTS_JSON)")
 )
 
 // cellWorkers is the number of worker processes in every cell.

@@ -1,5 +1,5 @@
 // Package matrixfile is the JSON form of a fault-matrix run: the rows of
-// internal/faults' TestMatrix, written when FAULTS_JSON (or -faults.json) is
+// cmd/internal/faults' TestMatrix, written when FAULTS_JSON (or -faults.json) is
 // set, and read by `distlock compare --faults`. It has no dependency on the
 // harness, so the distlock command can read the file without linking servers
 // or the testing package.
@@ -19,9 +19,9 @@ import (
 const Version = 1
 
 // Command is the command that writes a short (CI) matrix's file to path,
-// run from the module root; add -faults.long for the long matrix.
+// run from the repository root; add -faults.long for the long matrix.
 func Command(path string) string {
-	return "FAULTS_JSON=" + path + " go test ./internal/faults -run Matrix -count=1"
+	return "FAULTS_JSON=" + path + " go test ./cmd/internal/faults -run Matrix -count=1"
 }
 
 // Header describes the run that produced the rows.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/distlock/distlock/internal/faults/history"
+	"github.com/distlock/distlock/cmd/internal/faults/history"
 )
 
 // Event is one line of a worker's log (see package history).
