@@ -54,11 +54,12 @@ type Request struct {
 	Owner string // random, unique to this attempt; the backend's ownership proof
 }
 
-// Grant describes a lock a backend handed out. Key and Owner are filled in
-// by the portable layer.
+// Grant describes a lock a backend handed out. Key, Owner and TTL are
+// filled in by the portable layer; Unlock gets the lease's current TTL.
 type Grant struct {
 	Key   string
 	Owner string
+	TTL   time.Duration
 	Token Token
 	// Validity is how long, from the start of the attempt, the lock is known
 	// to be held; zero means the requested TTL.

@@ -46,6 +46,13 @@ func (ls *Lease) Key() string { return ls.grant.Key }
 // of this key.
 func (ls *Lease) Token() Token { return ls.grant.Token }
 
+// unlockGrant is the grant as Unlock gets it: with the lease's current TTL.
+func (ls *Lease) unlockGrant() Grant {
+	g := ls.grant
+	g.TTL = ls.TTL()
+	return g
+}
+
 // Fence returns the lease's token with its holder id, for a guarded write
 // (see package fencing).
 func (ls *Lease) Fence() Fence { return Fence{Token: ls.grant.Token, Holder: ls.holder} }
@@ -197,10 +204,11 @@ func (ls *Lease) unlockCall() { <-ls.call }
 // round trip: a lease lost by the local clock is already being given back in
 // the background. Release waits at most the release timeout
 // (WithReleaseTimeout), whatever ctx allows, so a deferred
-// Release(context.Background()) cannot hang on a dead server. On any other
-// error the lease stays held until its deadline and Release may be retried;
-// a renewing lease stops renewing, so if no retry succeeds the server frees
-// the lock at its TTL.
+// Release(context.Background()) cannot hang on a dead server. If the
+// release call itself fails, it may or may not have reached the server, so
+// the lock may already be someone else's: the lease ends as lost (Err
+// matches ErrLeaseLost) and is given back, owner-checked, in the background;
+// if that fails too, the server frees the lock at its TTL.
 func (ls *Lease) Release(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidOption)
@@ -228,7 +236,7 @@ func (ls *Lease) Release(ctx context.Context) error {
 	if end := ls.Err(); end != nil {
 		return notHeld(ls.Key(), end)
 	}
-	err := ls.l.b.Unlock(ctx, ls.grant)
+	err := ls.l.b.Unlock(ctx, ls.unlockGrant())
 	switch {
 	case err == nil:
 		if !ls.finish(ErrReleased) { // the deadline passed during the call
@@ -239,7 +247,8 @@ func (ls *Lease) Release(ctx context.Context) error {
 		lost := ls.lostOnServer("the server no longer had it as ours at release: " + err.Error())
 		return notHeld(ls.Key(), lost)
 	default:
-		return fmt.Errorf("distlock: %s: release %q: %w", ls.l.name, ls.Key(), err)
+		err = fmt.Errorf("distlock: %s: release %q: %w", ls.l.name, ls.Key(), err)
+		return errors.Join(err, ls.lost("its release failed, and may have reached the server: "+err.Error()))
 	}
 }
 
@@ -253,7 +262,7 @@ func (ls *Lease) closeOut(ctx context.Context) {
 	if ls.Err() != nil {
 		return
 	}
-	if err := ls.l.b.Unlock(ctx, ls.grant); err != nil && !errors.Is(err, ErrNotHeld) {
+	if err := ls.l.b.Unlock(ctx, ls.unlockGrant()); err != nil && !errors.Is(err, ErrNotHeld) {
 		ls.l.log(slog.LevelWarn, "release at close failed; the key frees at its TTL", ls.Key(), err)
 	}
 	ls.finish(fmt.Errorf("%w: lease on %q ended by Close", ErrClosed, ls.Key()))
@@ -286,7 +295,7 @@ func (ls *Lease) giveBack() {
 		return
 	}
 	defer ls.unlockCall()
-	if err := ls.l.b.Unlock(ctx, ls.grant); err != nil && !errors.Is(err, ErrNotHeld) {
+	if err := ls.l.b.Unlock(ctx, ls.unlockGrant()); err != nil && !errors.Is(err, ErrNotHeld) {
 		ls.l.log(slog.LevelDebug, "giving back a lost lease failed; the server frees it", ls.Key(), err)
 	}
 }
@@ -396,6 +405,11 @@ func (ls *Lease) keep(renew bool) {
 			return
 		case <-ls.kick:
 			expiry.Reset(time.Until(ls.Expires()))
+			if renewC != nil {
+				// A refresh may have shortened the TTL: renew on the new
+				// schedule, not the old one that would miss the deadline.
+				renewT.Reset(ls.nextRenew())
+			}
 		case <-expiry.C:
 			if left := time.Until(ls.Expires()); left > 0 {
 				expiry.Reset(left)

@@ -229,7 +229,7 @@ func (l *locker) abandon(req Request, o *Options) {
 		defer l.abandoning.Add(-1)
 		ctx, cancel := context.WithTimeout(l.life, o.ReleaseTimeout)
 		defer cancel()
-		g := Grant{Key: req.Key, Owner: req.Owner}
+		g := Grant{Key: req.Key, Owner: req.Owner, TTL: req.TTL}
 		for delay := abandonFirstRetry; ; delay *= 2 {
 			err := l.b.Unlock(ctx, g)
 			if err == nil || ctx.Err() != nil {
@@ -357,7 +357,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 func (l *locker) newLease(req Request, g Grant, start time.Time, o *Options, renew bool) (*Lease, error) {
-	g.Key, g.Owner = req.Key, req.Owner
+	g.Key, g.Owner, g.TTL = req.Key, req.Owner, req.TTL
 	validity := g.Validity
 	if validity <= 0 {
 		validity = req.TTL
