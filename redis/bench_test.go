@@ -59,7 +59,7 @@ func BenchmarkUncontended(b *testing.B) {
 			if err != nil || !r.Acquired {
 				b.Fatal(r, err)
 			}
-			if ok, err := redis.ReleaseOn(ctx, c, k, "owner"); err != nil || !ok {
+			if ok, err := redis.ReleaseOn(ctx, c, k, "owner", 0); err != nil || !ok {
 				b.Fatal(ok, err)
 			}
 		}

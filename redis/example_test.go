@@ -65,7 +65,7 @@ func ExampleAcquireOn() {
 		return
 	}
 	fmt.Println("token", r.Token)
-	if _, err := redis.ReleaseOn(ctx, node, k, owner); err != nil {
+	if _, err := redis.ReleaseOn(ctx, node, k, owner, 0); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -375,7 +375,7 @@ func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.G
 				// Not durable enough: give the lock back rather than hand
 				// out a token that a failover could repeat.
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-				_, _ = ReleaseOn(rctx, c, k, req.Owner)
+				_, _ = ReleaseOn(rctx, c, k, req.Owner, 0)
 				cancel()
 				return err
 			}
@@ -420,7 +420,13 @@ func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Durati
 }
 
 func (b *backend) Unlock(ctx context.Context, g distlock.Grant) error {
-	ok, err := ReleaseOn(ctx, b.client, KeysFor(b.prefix, g.Key), g.Owner)
+	// An attempt given back because its reply was lost (no Handle) may
+	// still be on its way: leave a tombstone so it cannot land afterwards.
+	var tomb time.Duration
+	if g.Handle == nil {
+		tomb = g.TTL
+	}
+	ok, err := ReleaseOn(ctx, b.client, KeysFor(b.prefix, g.Key), g.Owner, tomb)
 	switch {
 	case err != nil:
 		return err

@@ -541,7 +541,7 @@ func TestRaiseToken(t *testing.T) {
 	if ok, err := redis.RefreshOn(ctx, c, k, "you", time.Minute); err != nil || ok {
 		t.Fatalf("RefreshOn by another owner = %v, %v", ok, err)
 	}
-	if ok, err := redis.ReleaseOn(ctx, c, k, "me"); err != nil || !ok {
+	if ok, err := redis.ReleaseOn(ctx, c, k, "me", 0); err != nil || !ok {
 		t.Fatalf("ReleaseOn = %v, %v", ok, err)
 	}
 	r, err = redis.AcquireOn(ctx, c, k, "you", time.Millisecond/2) // rounds up to 1ms, not PX 0
@@ -570,7 +570,7 @@ func TestRaiseToken(t *testing.T) {
 	if err != nil || !again.Acquired || again.Token != r.Token {
 		t.Fatalf("AcquireOn resent by the same owner = %+v, %v; want acquired with token %d", again, err, r.Token)
 	}
-	if ok, err := redis.ReleaseOn(ctx, c, k, "me"); err != nil || !ok {
+	if ok, err := redis.ReleaseOn(ctx, c, k, "me", 0); err != nil || !ok {
 		t.Fatalf("ReleaseOn = %v, %v", ok, err)
 	}
 	// A corrupt counter fails the acquire and leaves no lock behind.

@@ -94,3 +94,40 @@ func TestReleaseWithDeadServer(t *testing.T) {
 		}
 	})
 }
+
+// A Release whose reply is lost after the server ran it returns an error,
+// and the lease must not go on reporting held while another client holds
+// the key: a failed release ends the lease.
+func TestFailedReleaseEndsLease(t *testing.T) {
+	srv := testserver.Redis(t)
+	const key, ttl = "failed-release", 10 * time.Second
+	hook := &loseReply{}
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	c.AddHook(hook)
+	a, err := redis.New(c, redis.WithCloseClient(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b := newLocker(t, srv.Addr())
+	if w, err := b.TryAcquire(t.Context(), key); err != nil { // load the scripts
+		t.Fatal(err)
+	} else {
+		_ = w.Release(t.Context())
+	}
+	la, err := a.TryAcquire(t.Context(), key, distlock.WithTTL(ttl), distlock.WithAutoRenew(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook.armed.Store(true)
+	relErr := la.Release(t.Context())
+	lb, err := b.TryAcquire(t.Context(), key, distlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatalf("B: %v (release: %v)", err, relErr)
+	}
+	defer lb.Release(context.WithoutCancel(t.Context()))
+	if la.Err() == nil && lb.Err() == nil {
+		t.Fatalf("two leases report held: A %d (Release: %v; expires in %v) and B %d",
+			la.Token(), relErr, time.Until(la.Expires()).Round(time.Millisecond), lb.Token())
+	}
+}

@@ -43,8 +43,10 @@ const DefaultPrefix = "distlock:"
 // "{key}", so they live in one Cluster slot and one script may touch them.
 type Keys struct {
 	Lock    string // the lock: owner value, with a PX expiry
-	Counter string // the fencing-token counter: INCR'd per grant, never expires
+	Counter string // the fencing-token counter: advanced per grant, never expires
 	Channel string // pub/sub channel of release notices (not a key)
+	Gone    string // tombstone: the owner of a recent release, with a PX expiry
+	Retake  string // Redlock: the nonce of the refresh that last took the lock back
 }
 
 // KeysFor returns the layout of key under prefix:
@@ -52,13 +54,15 @@ type Keys struct {
 //	<prefix>{<key>}            lock
 //	<prefix>{<key>}:token      token counter
 //	<prefix>{<key>}:released   release channel
+//	<prefix>{<key>}:gone       tombstone of a release (short-lived)
+//	<prefix>{<key>}:retake     Redlock's retake marker (short-lived)
 //
 // In the tag, "%" becomes "%25" and "}" becomes "%7D", so a key cannot end
 // the hash tag early (or leave it empty) and distinct keys stay distinct.
 // The prefix must not contain braces (WithKeyPrefix enforces it).
 func KeysFor(prefix, key string) Keys {
 	base := prefix + "{" + escapeTag(key) + "}"
-	return Keys{Lock: base, Counter: base + ":token", Channel: base + ":released"}
+	return Keys{Lock: base, Counter: base + ":token", Channel: base + ":released", Gone: base + ":gone", Retake: base + ":retake"}
 }
 
 func escapeTag(key string) string {
@@ -90,7 +94,7 @@ type AcquireResult struct {
 // attempt), return the counter. When the lock is held it returns the
 // holder's PTTL instead.
 func AcquireOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration) (AcquireResult, error) {
-	v, err := acquireScript.Run(ctx, c, []string{k.Lock, k.Counter}, owner, millis(ttl)).Slice()
+	v, err := acquireScript.Run(ctx, c, []string{k.Lock, k.Counter, k.Gone}, owner, millis(ttl)).Slice()
 	if err != nil {
 		return AcquireResult{}, fmt.Errorf("acquire script: %w", err)
 	}
@@ -124,8 +128,15 @@ func RefreshOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, tt
 
 // ReleaseOn runs the release script: DEL k.Lock if it still holds owner, and
 // PUBLISH an empty notice on k.Channel. It reports whether the lock was ours.
-func ReleaseOn(ctx context.Context, c goredis.Scripter, k Keys, owner string) (bool, error) {
-	n, err := releaseScript.Run(ctx, c, []string{k.Lock}, owner, k.Channel).Int64()
+// A positive tombstone makes the node refuse, for that long, a late acquire
+// or Redlock retake by owner (a request still on its way): pass the TTL the
+// lock was taken with when such a request may exist, zero otherwise.
+func ReleaseOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, tombstone time.Duration) (bool, error) {
+	tomb := "0"
+	if tombstone > 0 {
+		tomb = strconv.FormatInt(millis(tombstone), 10)
+	}
+	n, err := releaseScript.Run(ctx, c, []string{k.Lock, k.Gone}, owner, k.Channel, tomb).Int64()
 	if err != nil {
 		return false, fmt.Errorf("release script: %w", err)
 	}
@@ -157,13 +168,15 @@ const (
 )
 
 // ExtendOn runs Redlock's repairing refresh: PEXPIRE k.Lock ttl if it holds
-// owner; if k.Lock is missing, SET it to owner for ttl and raise k.Counter
-// to at least token.
-func ExtendOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration, token distlock.Token) (Extended, error) {
+// owner; if k.Lock is missing (and owner has not released it), SET it to
+// owner for ttl and raise k.Counter to at least token. nonce, unique to the
+// refresh, lets a resent call still report ExtendRetaken.
+func ExtendOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration, token distlock.Token, nonce string) (Extended, error) {
 	if token < 0 {
 		return 0, errors.New("extend script: negative token")
 	}
-	n, err := extendScript.Run(ctx, c, []string{k.Lock, k.Counter}, owner, millis(ttl), strconv.FormatInt(int64(token), 10)).Int64()
+	n, err := extendScript.Run(ctx, c, []string{k.Lock, k.Counter, k.Gone, k.Retake}, owner, millis(ttl),
+		strconv.FormatInt(int64(token), 10), nonce).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("extend script: %w", err)
 	}

@@ -2,7 +2,10 @@ package redlock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -97,7 +100,8 @@ type reply struct {
 	err error
 }
 
-// fanOut calls fn on each node of idx in parallel, each call bounded by nt,
+// fanOut calls fn on each node of idx in parallel, each call bounded by nt
+// (not by ctx),
 // and returns the channel the replies arrive on (buffered: a straggler never
 // blocks) and one channel per node, closed when its goroutine is done —
 // after then(reply) when then is not nil.
@@ -112,7 +116,10 @@ func (b *backend) fanOut(ctx context.Context, idx []int, nt time.Duration,
 		go func() {
 			defer b.wg.Done()
 			defer close(done)
-			nctx, cancel := context.WithTimeout(ctx, nt)
+			// A call once sent runs to its answer or the node timeout even
+			// if the caller stops waiting: its answer still updates what
+			// the attempt or lease knows, and a release follows it.
+			nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nt)
 			ok, err := fn(nctx, i, b.nodes[i].client)
 			cancel()
 			r := reply{i: i, ok: ok, err: err}
@@ -152,6 +159,17 @@ func (t *tally) add(r reply) {
 // for clients whose calls ignore context deadlines).
 func gather(ctx context.Context, ch <-chan reply, total, need int, deadline time.Time) tally {
 	t := tally{failed: map[int]error{}, answered: map[int]bool{}}
+	t.read(ctx, ch, total, need, deadline)
+	return t
+}
+
+// rest goes on reading replies until every node answered, ctx ended or
+// the deadline passed.
+func (t *tally) rest(ctx context.Context, ch <-chan reply, total int, deadline time.Time) {
+	t.read(ctx, ch, total, 0, deadline)
+}
+
+func (t *tally) read(ctx context.Context, ch <-chan reply, total, need int, deadline time.Time) {
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	for len(t.answered) < total {
@@ -169,7 +187,6 @@ func gather(ctx context.Context, ch <-chan reply, total, need int, deadline time
 		break
 	}
 	t.silent = total - len(t.answered)
-	return t
 }
 
 // deadline is when gather stops waiting for calls bounded by nt.
@@ -231,7 +248,7 @@ func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.G
 		func(r reply) {
 			<-decided
 			if failed.Load() && (r.err != nil || r.ok) {
-				b.releaseNode(ctx, r.i, k, req.Owner, nt)
+				b.releaseNode(ctx, r.i, k, req.Owner, req.TTL, nt)
 			}
 		})
 	t1 := gather(ctx, ch, n, b.quorum, deadline(nt))
@@ -269,10 +286,20 @@ func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.G
 		token = max(token, results[i].Token)
 	}
 
-	// Phase 2: raise the counters of the quorum to the token.
+	// Phase 2: raise the counters of the quorum to the token. Every node
+	// that accepts, even after the decision, holds the lock until start +
+	// TTL by its clock.
+	h := &handle{keys: k, ours: make([]time.Time, n)}
+	valid := start.Add(req.TTL - b.drift(req.TTL))
 	ch2, _ := b.fanOut(ctx, t1.yes, nt, func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
 		return redis.RaiseTokenOn(ctx, c, k, req.Owner, token)
-	}, nil)
+	}, func(r reply) {
+		if r.err == nil && r.ok {
+			h.mu.Lock()
+			h.ours[r.i] = valid
+			h.mu.Unlock()
+		}
+	})
 	t2 := gather(ctx, ch2, len(t1.yes), b.quorum, deadline(nt))
 	switch {
 	case t2.ctxErr != nil:
@@ -292,19 +319,16 @@ func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.G
 	decide(true)
 	// The portable deadline is start + TTL − drift: every node's lock was
 	// set after start, so it lasts at least that long by the nodes' clocks.
-	ours := make([]time.Time, n)
-	for _, i := range t2.yes {
-		ours[i] = start.Add(req.TTL - b.drift(req.TTL))
-	}
-	return distlock.Grant{Token: token, Start: start, Validity: req.TTL, Handle: &handle{keys: k, ours: ours}}, nil
+	return distlock.Grant{Token: token, Start: start, Validity: req.TTL, Handle: h}, nil
 }
 
 // releaseNode gives node i's lock back after a failed attempt, even when the
-// caller's context has ended; bounded by nt.
-func (b *backend) releaseNode(ctx context.Context, i int, k redis.Keys, owner string, nt time.Duration) {
+// caller's context has ended; bounded by nt. The tombstone (ttl) keeps a
+// late request of owner from setting the lock again.
+func (b *backend) releaseNode(ctx context.Context, i int, k redis.Keys, owner string, ttl, nt time.Duration) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nt)
 	defer cancel()
-	_, _ = redis.ReleaseOn(rctx, b.nodes[i].client, k, owner)
+	_, _ = redis.ReleaseOn(rctx, b.nodes[i].client, k, owner, ttl)
 }
 
 // notAcquired is the error of a failed phase 1: a HeldError when a node said
@@ -333,48 +357,66 @@ func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Durati
 	start := time.Now()
 	nt := b.timeout(ttl)
 	n := len(b.nodes)
+	valid := start.Add(ttl - b.drift(ttl))
+	nonce := newNonce()
+	h.mu.Lock()
+	before := slices.Clone(h.ours) // what was known before this call
+	h.mu.Unlock()
 	results := make([]redis.Extended, n) // written before the reply is sent
 	// Extend where the lock is ours, take it back where it is missing: a
 	// lease that holds exactly a majority would otherwise die with any one
-	// node of it, contrary to the failures Redlock tolerates.
+	// node of it, contrary to the failures Redlock tolerates. Every answer,
+	// even one after the decision, updates what the handle knows.
 	ch, dones := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
-		r, err := redis.ExtendOn(ctx, c, h.keys, g.Owner, ttl, g.Token)
+		r, err := redis.ExtendOn(ctx, c, h.keys, g.Owner, ttl, g.Token, nonce)
 		results[i] = r
 		return r != redis.ExtendHeldByOther, err
-	}, nil)
-	t := gather(ctx, ch, n, b.quorum, deadline(nt))
-
+	}, func(r reply) {
+		if r.err != nil {
+			return
+		}
+		h.mu.Lock()
+		if r.ok {
+			if valid.After(h.ours[r.i]) {
+				h.ours[r.i] = valid
+			}
+		} else {
+			h.ours[r.i] = time.Time{}
+		}
+		h.mu.Unlock()
+	})
 	h.mu.Lock()
 	h.calls = dones
+	h.mu.Unlock()
+	t := gather(ctx, ch, n, b.quorum, deadline(nt))
 	if t.ctxErr != nil {
-		h.mu.Unlock()
 		return 0, t.ctxErr
 	}
 	// Unbroken: nodes where the lock has been ours since before this call
-	// and still is — extended now, or out of reach but not yet expired.
-	now, valid := time.Now(), start.Add(ttl-b.drift(ttl))
-	unbroken, retaken := 0, 0
-	for i := range n {
-		_, failed := t.failed[i]
-		switch {
-		case failed || !t.answered[i]:
-			if now.Before(h.ours[i]) {
-				unbroken++
+	// and still is. A node that answered must have extended it; a silent
+	// one counts by the expiry known for it, but only once it had its
+	// chance to answer: its answer may say the lock vanished there.
+	unbroken := func() (answered, silent int) {
+		now := time.Now()
+		for i := range n {
+			_, failed := t.failed[i]
+			switch {
+			case !now.Before(before[i]):
+			case failed || !t.answered[i]:
+				silent++
+			case results[i] == redis.ExtendRenewed:
+				answered++
 			}
-		case results[i] == redis.ExtendRenewed:
-			if now.Before(h.ours[i]) {
-				unbroken++
-			}
-			h.ours[i] = valid
-		case results[i] == redis.ExtendRetaken:
-			retaken++
-			h.ours[i] = valid
-		default: // someone else's
-			h.ours[i] = time.Time{}
+		}
+		return answered, silent
+	}
+	if a, sl := unbroken(); a < b.quorum && a+sl >= b.quorum && t.silent > 0 {
+		t.rest(ctx, ch, n, deadline(nt))
+		if t.ctxErr != nil {
+			return 0, t.ctxErr
 		}
 	}
-	h.mu.Unlock()
-	if unbroken < b.quorum {
+	if a, sl := unbroken(); a+sl < b.quorum {
 		// The lock lapsed on so many nodes that a majority was free at some
 		// moment: it may have had another holder since. Give back what this
 		// refresh holds rather than carry on.
@@ -382,11 +424,11 @@ func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Durati
 			b.wg.Add(1)
 			go func() {
 				defer b.wg.Done()
-				b.releaseNode(ctx, i, h.keys, g.Owner, nt)
+				b.releaseNode(ctx, i, h.keys, g.Owner, ttl, nt)
 			}()
 		}
-		return 0, fmt.Errorf("redlock: %q: held without a break on %d of %d nodes (need %d), taken back on %d, someone else's on %d: %w",
-			g.Key, unbroken, n, b.quorum, retaken, len(t.no), distlock.ErrNotHeld)
+		return 0, fmt.Errorf("redlock: %q: held without a break on %d of %d nodes (need %d), someone else's on %d: %w",
+			g.Key, a+sl, n, b.quorum, len(t.no), distlock.ErrNotHeld)
 	}
 	if len(t.yes) < b.quorum {
 		return 0, fmt.Errorf("%w: %q: refreshed on %d of %d nodes (need %d)%s",
@@ -397,6 +439,13 @@ func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Durati
 	}
 	// Each node's new expiry was set after start.
 	return ttl, nil
+}
+
+// newNonce returns a random value unique to one refresh.
+func newNonce() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // settle waits, up to the node timeout, for the node calls of h's last
@@ -424,7 +473,7 @@ func (h *handle) settle(ctx context.Context, nt time.Duration) {
 
 func (b *backend) Unlock(ctx context.Context, g distlock.Grant) error {
 	k := redis.KeysFor(b.prefix, g.Key)
-	ttl := g.Validity // TryLock sets it to the TTL; Unlock is not given the TTL
+	ttl := g.TTL
 	if ttl <= 0 {
 		ttl = distlock.DefaultTTL
 	}
@@ -433,8 +482,10 @@ func (b *backend) Unlock(ctx context.Context, g distlock.Grant) error {
 	if h, ok := g.Handle.(*handle); ok {
 		h.settle(ctx, nt)
 	}
+	// The tombstone keeps a straggling acquire or refresh of this lease
+	// from setting the lock again after the release.
 	ch, _ := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
-		return redis.ReleaseOn(ctx, c, k, g.Owner)
+		return redis.ReleaseOn(ctx, c, k, g.Owner, ttl)
 	}, nil)
 	// Waits for every node (up to the node timeout), not just a quorum: a
 	// TryAcquire right after Release must not find this lease's lock still

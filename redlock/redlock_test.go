@@ -395,10 +395,13 @@ func TestClockJumpTokenOrder(t *testing.T) {
 	if c, _ := admins[0].Get(rctx, redis.KeysFor(redis.DefaultPrefix, key).Counter).Int64(); distlock.Token(c) != holder.Token() {
 		t.Fatalf("node 0's counter is %d after phase 2, want the token %d", c, holder.Token())
 	}
-	// The jump: node 0 forgets the lock. Nodes 3 and 4 return empty.
+	// The jump: node 0 forgets the lock. Nodes 3 and 4 return empty, after
+	// the holder's calls to them gave up (a call runs to its node timeout
+	// whatever its caller does, and would take a node back up at once).
 	if err := admins[0].Del(rctx, redis.KeysFor(redis.DefaultPrefix, key).Lock).Err(); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(500 * time.Millisecond) // > the default node timeout, 200ms
 	for _, i := range []int{3, 4} {
 		if err := srvs[i].Restart(rctx); err != nil {
 			t.Fatal(err)

@@ -1,19 +1,28 @@
 -- Redlock refresh that repairs: extend our lock, or take it back where it is
 -- missing (the node restarted without it, or it expired there), so a held
 -- lease keeps a majority while a minority of nodes fails and returns.
--- KEYS[1] lock key, KEYS[2] token counter
--- ARGV[1] owner value, ARGV[2] TTL in milliseconds, ARGV[3] the lease's token (decimal)
+-- KEYS[1] lock key, KEYS[2] token counter, KEYS[3] tombstone key,
+-- KEYS[4] retake marker
+-- ARGV[1] owner value, ARGV[2] TTL in milliseconds, ARGV[3] the lease's
+-- token (decimal), ARGV[4] a nonce unique to this refresh
 -- Returns 1 when it was ours and is extended, 2 when it was missing and is
 -- ours again (the counter then at least the token, so a later holder
--- through this node gets a larger one), 0 when someone else holds it.
+-- through this node gets a larger one), 0 when someone else holds it or
+-- this owner has released it.
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
+  -- A resent retake (the client lost the first reply) must still say
+  -- "taken back", not "extended": the lock was missing before it.
+  if redis.call('GET', KEYS[4]) == ARGV[4] then
+    return 2
+  end
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-if cur then
+if cur or redis.call('GET', KEYS[3]) == ARGV[1] then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[4], ARGV[4], 'PX', ARGV[2])
 -- Compare canonical decimal strings: Lua numbers would round past 2^53.
 local n = redis.call('GET', KEYS[2]) or '0'
 local want = ARGV[3]
