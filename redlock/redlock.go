@@ -90,6 +90,15 @@
 // above. The counters never expire; a maxmemory-policy of allkeys-* could
 // evict them (this backend does not check the policy; see package redis).
 //
+// A node call, once sent, runs to its answer or the node timeout whatever
+// its caller does, and its answer still updates what the lease knows. A
+// release leaves a tombstone of the lease's owner value on every node it
+// reaches, for one TTL, which a late acquire or repairing refresh of that
+// lease honours, so such a straggler cannot set the lock again after the
+// release. A node that is paused (not dead) when the release is sent can
+// still run a request buffered in its socket when it resumes: the lock then
+// sits on that one node, a minority, until its TTL.
+//
 // Waiters are woken by release notices, not in FIFO order.
 //
 // Clients should set ContextTimeoutEnabled so that context deadlines bound
