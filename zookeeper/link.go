@@ -2,6 +2,7 @@ package zookeeper
 
 import (
 	"encoding/binary"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -20,13 +21,27 @@ import (
 // timeout in ms, int64 session id, password), and a session's requests are
 // answered in the order they were sent, every one of them (pings included),
 // so the send time of the request behind each reply is known.
+//
+// The timeout that binds is the smallest one granted to the session, not
+// the newest: the server stores a session's timeout when it creates the
+// session, and a restarted server (or a new leader) restores the session
+// with that one, whatever a later connection was granted (more, if
+// minSessionTimeout was raised meanwhile). So the link keeps the smallest
+// timeout granted to the current session, and hands it to go-zookeeper in
+// place of a larger grant: go-zookeeper's pings (every third of the
+// timeout), its read timeout (two thirds) and the timeout it asks for on
+// reconnection then follow the smaller timeout too. Without that, a
+// session idle on a healthy link would be pinged less often than the
+// silence bound, and reported lost.
 type link struct {
 	origin  time.Time    // the monotonic clock's zero for heard
 	dials   atomic.Int64 // connections made through the link
-	timeout atomic.Int64 // granted session timeout (ns); 0 before a session
+	timeout atomic.Int64 // smallest timeout granted to the session (ns); 0 before a session
+	latest  atomic.Int64 // the timeout granted on the newest connection (ns)
 	heard   atomic.Int64 // since origin (ns): send time of the newest request answered
 
 	mu   sync.Mutex
+	sid  int64     // the session timeout belongs to
 	live *linkConn // the connection the session runs on
 }
 
@@ -40,18 +55,39 @@ func (l *link) dialer(d zk.Dialer) zk.Dialer {
 			return nil, err
 		}
 		l.dials.Add(1)
-		return &linkConn{Conn: c, l: l, in: frames{want: 16}}, nil
+		return &linkConn{Conn: c, l: l, in: frames{want: 16}, hello: true}, nil
 	}
 }
 
 func (l *link) now() int64 { return int64(time.Since(l.origin)) }
 
-// granted returns the session timeout of the newest session, or 0 if no
-// session was made through the link.
+// granted returns the smallest session timeout the server granted to the
+// current session (at its creation or on any later connection), or 0 if no
+// session was made through the link. It is the timeout the server may
+// expire the session on.
 func (l *link) granted() time.Duration { return time.Duration(l.timeout.Load()) }
 
-// silenceLeft returns how long until the silence bound of the granted
-// timeout has passed since the server last heard from the session.
+// latestGrant returns the timeout granted on the newest connection; it is
+// at least granted() while the session lasts.
+func (l *link) latestGrant() time.Duration { return time.Duration(l.latest.Load()) }
+
+// grant records that a connection of session sid was granted timeout d and
+// returns the smallest timeout granted to sid so far. A new session id
+// starts afresh.
+func (l *link) grant(sid int64, d time.Duration) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.latest.Store(int64(d))
+	if sid != l.sid || d < time.Duration(l.timeout.Load()) {
+		l.sid = sid
+		l.timeout.Store(int64(d))
+	}
+	return time.Duration(l.timeout.Load())
+}
+
+// silenceLeft returns how long until the silence bound of the session's
+// smallest granted timeout has passed since the server last heard from
+// the session.
 func (l *link) silenceLeft() time.Duration {
 	return time.Duration(l.heard.Load()) + silenceBound(l.granted()) - time.Duration(l.now())
 }
@@ -82,10 +118,12 @@ func (l *link) drop() {
 
 // silenceBound is the longest the backend lets the server go unheard from
 // before it reports the session's leases lost: two thirds of the session
-// timeout. The server cannot expire the session sooner than the full
-// timeout after the request it last answered was sent, so a third of the
-// timeout is left for timer lateness and an ensemble's follower lag. It is
-// also go-zookeeper's own read timeout, so it drops a link this silent
+// timeout (the smallest granted to the session). The server cannot expire
+// the session sooner than the full timeout after the request it last
+// answered was sent, so a third of the timeout is left for timer lateness;
+// in an ensemble a follower's lag can take it (see the package
+// documentation). It is also go-zookeeper's own read timeout (the link
+// hands go-zookeeper the same timeout), so it drops a link this silent
 // anyway.
 func silenceBound(timeout time.Duration) time.Duration { return timeout * 2 / 3 }
 
@@ -99,6 +137,12 @@ type linkConn struct {
 	sent []int64 // send times of the requests not answered yet, oldest first
 	in   frames  // the reply stream (read by one goroutine at a time)
 	read int     // frames read so far
+
+	// The reader's alone, like in.
+	hello   bool   // the connect response's head is still to be read
+	pend    []byte // bytes read but not yet handed to the reader
+	pendErr error  // the error that ended the read of pend
+	lower   int32  // the timeout (ms) the connect response is to carry instead; 0: as granted
 }
 
 // Write notes the send time of each request that starts in p, before the
@@ -113,11 +157,52 @@ func (c *linkConn) Write(p []byte) (int, error) {
 }
 
 func (c *linkConn) Read(p []byte) (int, error) {
+	if c.hello {
+		c.hello = false
+		c.readHello()
+	}
+	if len(c.pend) > 0 || c.pendErr != nil {
+		n := copy(p, c.pend)
+		c.pend = c.pend[n:]
+		if len(c.pend) > 0 {
+			return n, nil
+		}
+		err := c.pendErr
+		c.pend, c.pendErr = nil, nil
+		return n, err
+	}
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.in.feed(p[:n], c.reply)
 	}
 	return n, err
+}
+
+// readHello reads the connect response's length and first 16 bytes (all
+// of it if shorter) into pend, before any of it reaches go-zookeeper, and
+// puts the session's smallest granted timeout in place of a larger one.
+func (c *linkConn) readHello() {
+	buf := make([]byte, 4, 20)
+	n, err := io.ReadFull(c.Conn, buf)
+	if err == nil {
+		body := uint32(16)
+		if l := binary.BigEndian.Uint32(buf); l < body {
+			body = l
+		}
+		buf = buf[:4+body]
+		var k int
+		k, err = io.ReadFull(c.Conn, buf[4:])
+		n += k
+	}
+	buf = buf[:n]
+	c.in.feed(buf, c.reply) // sets lower
+	if c.lower > 0 && len(buf) >= 12 {
+		binary.BigEndian.PutUint32(buf[8:12], uint32(c.lower))
+	}
+	if err == io.ErrUnexpectedEOF {
+		err = io.EOF
+	}
+	c.pend, c.pendErr = buf, err
 }
 
 func (c *linkConn) Close() error {
@@ -156,7 +241,12 @@ func (c *linkConn) reply(head []byte) {
 		if ms <= 0 {
 			return
 		}
-		c.l.timeout.Store(int64(time.Duration(ms) * time.Millisecond))
+		// The session's smallest grant binds: go-zookeeper is to see it
+		// (readHello) if this one is larger.
+		d := time.Duration(ms) * time.Millisecond
+		if least := c.l.grant(int64(binary.BigEndian.Uint64(head[8:16])), d); least < d {
+			c.lower = int32(least / time.Millisecond)
+		}
 		c.l.heardAt(sent)
 		c.l.mu.Lock()
 		c.l.live = c

@@ -205,3 +205,93 @@ func TestGrantedTimeout(t *testing.T) {
 		again.Release(ctx)
 	})
 }
+
+// TestLossNoticeCreationTimeout: the server stores each session's timeout
+// when it creates the session, and a restarted server (or a new leader)
+// restores the session with that one, not with the larger timeout a later
+// connection was granted (go-zookeeper asks each reconnection for the
+// timeout granted last, so a later grant is only larger when the server's
+// minSessionTimeout went up). The loss notice must follow the smaller one,
+// and go-zookeeper must ping often enough for it.
+//
+// A dials asking 3 s: its session is created with 3 s. The operator raises
+// minSessionTimeout to 12 s and restarts the server; A comes back in the
+// same session, granted 12 s. A takes the lock, and keeps it on an idle,
+// healthy link for twice the smaller timeout. B queues. A is cut off
+// silently (no FIN), and the server restarts once more: it restores A's
+// session with 3 s and expires it about 3 s after it is up, then grants B
+// the lock. A's lease must have reported its loss before that. (Review of
+// c0270d3, finding 1: the link kept only the newest grant, so A's Done
+// closed only 8 s, two thirds of 12 s, after the cut.)
+func TestLossNoticeCreationTimeout(t *testing.T) {
+	const small, large = 3 * time.Second, 12 * time.Second
+	srv := testserver.ZooKeeper(t)
+	ctx := ctxFor(t, 60*time.Second)
+	p := newPartition(t, srv.Addr())
+
+	a, err := Dial(ctx, []string{p.addr()}, WithSessionTimeout(small))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	ab := backendOf(t, a)
+	if g := ab.link.granted(); g != small {
+		t.Fatalf("granted %v, want %v", g, small)
+	}
+	sid := ab.sessionID()
+
+	setZKConf(t, srv, "minSessionTimeout", large)
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "A to be back with the larger grant", func() bool {
+		return ab.conn.Load().State() == zk.StateHasSession && ab.link.latestGrant() == large
+	})
+	if got := ab.sessionID(); got != sid {
+		// The restored session expired before A was back (3 s): nothing
+		// to test. go-zookeeper retries within about a second.
+		t.Skipf("A's session did not survive the first restart (%#x, now %#x)", sid, got)
+	}
+	// Errors, not fatal: the takeover below is what counts.
+	if g := ab.link.granted(); g != small {
+		t.Errorf("granted %v after a grant of %v in a session created with %v: want the smaller", g, large, small)
+	}
+	if g := ab.disconnectGrace(); g != small/4 {
+		t.Errorf("default grace %v, want %v", g, small/4)
+	}
+
+	b, err := Dial(ctx, []string{srv.Addr()}, WithSessionTimeout(large))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	admin := adminConn(t, srv.Addr())
+
+	const key = "creation-timeout"
+	held, err := a.TryAcquire(ctx, key, distlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// go-zookeeper pings every third of the timeout it was handed: of the
+	// larger one (4 s), the silence bound of the smaller one (2 s) would
+	// end an idle lease on a healthy link.
+	time.Sleep(2 * small)
+	select {
+	case <-held.Done():
+		t.Fatalf("an idle lease on a healthy link was reported lost: %v", held.Err())
+	default:
+	}
+	lost := lossTimes(ctx, []*distlock.Lease{held})
+	got := acquireAsync(ctx, b, key)
+	waitFor(t, "B to queue", func() bool { return len(children(t, admin, key)) == 2 })
+	if err := held.Refresh(ctx); err != nil { // the server heard from A just now
+		t.Fatal(err)
+	}
+
+	fault := time.Now()
+	p.set(true, true)
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkNoticeFirst(t, ctx, fault, []*distlock.Lease{held}, lost, got)
+}

@@ -36,10 +36,11 @@ type sessionState struct {
 	b       *backend
 	mu      sync.Mutex
 	cur     *epoch
-	down    bool        // the connection is down and the grace timer runs
-	timer   *time.Timer // the grace timer
-	silence *time.Timer // the silence timer (Dial only): see link
-	granted time.Duration
+	down    bool          // the connection is down and the grace timer runs
+	timer   *time.Timer   // the grace timer
+	silence *time.Timer   // the silence timer (Dial only): see link
+	granted time.Duration // the link's granted() when last looked at
+	latest  time.Duration // the link's latestGrant() when last looked at
 	held    map[*node]struct{}
 	stopped bool
 }
@@ -158,12 +159,16 @@ func (s *sessionState) watchSilence() {
 	if l == nil || l.granted() == 0 || s.stopped {
 		return
 	}
-	if g := l.granted(); g != s.granted {
-		if g != s.b.timeout {
+	if g, last := l.granted(), l.latestGrant(); g != s.granted || last != s.latest {
+		switch {
+		case last > g:
+			s.b.log(slog.LevelWarn, "the server granted this connection a longer session timeout than it granted the session before; a restarted server restores the session with the one granted at its creation, so the loss notice follows the shortest",
+				"asked", s.b.timeout, "granted", last, "shortest", g)
+		case g != s.b.timeout:
 			s.b.log(slog.LevelWarn, "the server granted a session timeout other than the one asked for; the loss notice follows the granted one",
 				"asked", s.b.timeout, "granted", g)
 		}
-		s.granted = g
+		s.granted, s.latest = g, last
 	}
 	if s.silence == nil {
 		s.silence = time.AfterFunc(l.silenceLeft(), s.silent)

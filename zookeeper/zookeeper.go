@@ -51,14 +51,22 @@
 // Done closes before the server can expire the session and grant the lock
 // to another client. The server expires a session no sooner than its
 // timeout after the last request it received from it, and the timeout that
-// counts is the one the server granted: it clamps the one asked for into
-// its [minSessionTimeout, maxSessionTimeout] (by default 2 and 20 ticks,
-// 4 s and 40 s with the stock tickTime). Dial watches its connections (it
-// wraps go-zookeeper's dialer): it reads the granted timeout T off the
-// connect response of every connection, and, since a session's requests
-// are answered in order, the send time t0 of the newest request the server
-// has answered; the server heard from the session at t0 or later. The
-// worst case, a link that goes silent:
+// counts is one the server granted: it clamps the one asked for into its
+// [minSessionTimeout, maxSessionTimeout] (by default 2 and 20 ticks, 4 s
+// and 40 s with the stock tickTime). Of the timeouts it granted a session,
+// the smallest counts: the server stores the one it granted when it
+// created the session, and a restarted server, or a new leader, restores
+// the session with that one, whatever a later connection was granted (more,
+// if minSessionTimeout was raised meanwhile). Dial watches its connections
+// (it wraps go-zookeeper's dialer): it reads the granted timeout off the
+// connect response of every connection and keeps the smallest granted to
+// the session, T below (a new session starts afresh); and, since a
+// session's requests are answered in order, it knows the send time t0 of
+// the newest request the server has answered; the server heard from the
+// session at t0 or later. It hands go-zookeeper T in place of a larger
+// grant, so that go-zookeeper pings every T/3 and gives up on a silent
+// connection after 2T/3 of the timeout that binds. The worst case, a link
+// that goes silent:
 //
 //	t0          the client sends a request (a ping goes every T/3 at least)
 //	            whose reply is the last it hears
@@ -74,36 +82,63 @@
 // disconnect grace counts from go-zookeeper's disconnect event, which for a
 // broken link (reset, refused, closed by the server) comes at once and for
 // a silent one only at t0 + 2T/3 or later; it lets a lease survive a quick
-// reconnection and never extends the silence bound. Its default is T/4 of
-// the granted timeout, updated with each session. Dial refuses a
-// WithDisconnectGrace of 2T/3 or more of the first session's granted
-// timeout: the silence bound would always come first, so such a grace would
-// promise a tolerance that cannot be had; should a later session be granted
-// less, the silence bound clamps the grace.
+// reconnection and never extends the silence bound. Its default is T/4,
+// following T as it changes. Dial refuses a WithDisconnectGrace of 2T/3 or
+// more of the first session's granted timeout: the silence bound would
+// always come first, so such a grace would promise a tolerance that cannot
+// be had; should T shrink later, the silence bound clamps the grace.
 //
-// In an ensemble, a follower cut off from the leader goes on answering its
-// clients' pings for up to syncLimit·tickTime (until it notices the
-// leader's silence and drops them), while the leader, which expires
-// sessions, learns of the client's pings only from the follower's answers
-// to its own, every tickTime/2, and so no more after the cut; the last one
-// it learnt of may be T/3 old. The notice stays ahead of the leader if
+// Slow replies cost the notice nothing, since it counts from send times,
+// but a link whose round trip (request sent to reply received) exceeds T/3
+// cannot keep a lease: just before a ping's reply arrives, the newest
+// request answered is T/3 plus a round trip old, so the silence bound
+// reports the leases lost and drops the connection although the session
+// lives. That is early, on the safe side; the lost leases' znodes are
+// deleted once a connection is back, and it happens again for as long as
+// the link stays that slow.
+//
+// The silence bound assumes that the server which answers is the one that
+// expires sessions. In an ensemble only the leader does, and it learns of
+// a client's pings to a follower only from that follower's answers to its
+// own, every tickTime/2. Two cases eat into the last third of T. First, a
+// follower cut off from the leader goes on answering its clients' pings
+// for up to syncLimit·tickTime (until it notices the leader's silence and
+// drops them), while the leader learns of no more of them after the cut;
+// the last one it learnt of may be T/3 old. The notice stays ahead of the
+// leader if
 //
 //	syncLimit·tickTime + tickTime/2 + min(grace, 2T/3) < 2T/3
 //
 // that is, with the default grace, syncLimit·tickTime + tickTime/2 under
 // 5T/12: with the stock tickTime=2s and syncLimit=5, a session timeout of
-// at least 27 s (and maxSessionTimeout to match).
+// at least 27 s (and maxSessionTimeout to match). Second, a follower that
+// answers a ping and then freezes (a long pause, or its host cut off from
+// client and leader alike, with no FIN reaching the client) may never pass
+// that ping on: the leader's last news of the session may be a ping
+// interval, T/3, older than the client's, and the leader can expire the
+// session 2T/3 after t0, just when the silence bound fires. Nothing is left
+// for timer lateness then: the notice is ahead only by the leader's
+// rounding of expiry times up to its next tick and by the time the
+// hand-over to the next waiter takes.
 //
 // With New the backend cannot see the caller's connection: neither the
-// granted timeout nor the server's last answer, only the disconnect event,
-// which for a silent link comes 2T/3 after the last reply, and later if a
-// write hangs. Its grace therefore defaults to zero, which puts the notice
-// about where Dial's silence bound is. A nonzero grace needs
-// WithSessionTimeout, which must then be the granted timeout (or less), and
-// must be under a third of it (2T/3 + grace < T): what is left of that
-// third must cover the last reply's round trip and the lateness of events
-// and timers. Dial behaves as New, and refuses a nonzero grace, if a
-// zk.WithDialer in WithConnOptions replaces its dialer.
+// granted timeouts nor the server's last answer, only the disconnect
+// event, which for a silent link comes 2T/3 after the last reply arrived
+// (T as go-zookeeper knows it), and later if a write hangs. Its grace
+// therefore defaults to zero, which puts the notice about where Dial's
+// silence bound is, but counted from the reply's arrival, not from its
+// request's send time: the server may have last heard from the session a
+// round trip before. So New's notice is ahead of the server only while the
+// round trip stays under T/3 − grace, less the lateness of events and
+// timers; on a slower link another client may be granted the lock before
+// Done closes, and New cannot tell (Dial reports the loss early instead,
+// see above). And go-zookeeper follows the newest grant: if the session
+// was created with a smaller timeout, a restarted server or a new leader
+// may expire the session on that one long before go-zookeeper notices the
+// silence. A nonzero grace needs WithSessionTimeout, which must then be
+// the smallest timeout granted to the session (or less), and must be under
+// a third of it (2T/3 + grace < T). Dial behaves as New, and refuses a
+// nonzero grace, if a zk.WithDialer in WithConnOptions replaces its dialer.
 //
 // go-zookeeper pauses about a second before it retries a server list it has
 // gone through, so with a single server (or short session timeouts) a grace
@@ -180,8 +215,9 @@ type (
 
 // WithSessionTimeout sets the session timeout. Dial asks the server for it
 // (default 10s); the server clamps it into its own [min, max] range, and
-// Dial's loss notice follows the timeout the server granted. With New, pass
-// the timeout the server granted the *zk.Conn (or less): it bounds the
+// Dial's loss notice follows the smallest timeout the server granted the
+// session. With New, pass the smallest timeout the server granted the
+// *zk.Conn's session, at its creation or since (or less): it bounds the
 // disconnect grace.
 func WithSessionTimeout(d time.Duration) distlock.Option {
 	if d <= 0 || d > distlock.MaxTTL {
@@ -193,11 +229,12 @@ func WithSessionTimeout(d time.Duration) distlock.Option {
 // WithDisconnectGrace sets how long after a disconnection the session's
 // leases are reported lost unless the client is back in the session. Zero
 // reports the loss at the first disconnect, as Curator recommends for
-// locks. With Dial the default is a quarter of the granted session timeout
-// T, and a grace of 2T/3 or more is refused: whatever the grace, Dial
-// reports the loss once the server has been silent for 2T/3. With New the
-// default is zero, and a nonzero grace needs WithSessionTimeout and must be
-// under a third of it. See the package documentation for why.
+// locks. With Dial the default is a quarter of the session timeout T the
+// server granted (the smallest it granted the session), and a grace of
+// 2T/3 or more is refused: whatever the grace, Dial reports the loss once
+// the server has been silent for 2T/3. With New the default is zero, and a
+// nonzero grace needs WithSessionTimeout and must be under a third of it,
+// less the link's round trip. See the package documentation for why.
 func WithDisconnectGrace(d time.Duration) distlock.Option {
 	if d < 0 {
 		return distlock.InvalidOption("zookeeper: disconnect grace %v is negative", d)
@@ -463,9 +500,10 @@ func newBackend(o distlock.Options, timeout time.Duration, owned bool, ensemble 
 		Notes: []string{
 			"a lock lives as long as the Locker's session; the TTL only sets the local deadline and Refresh confirms the znode exists",
 			"tolerates the loss of a minority of the ensemble ((n-1)/2 of n servers; FailuresTolerated assumes the server list is the whole ensemble)",
-			"Done closes when the session expires, the connection stays down past the disconnect grace, or (Dial) the server answers nothing for 2/3 of the session timeout it granted (which may be less than the one asked for); the server expires the session no sooner than the full granted timeout after the last request it answered, so Done closes before another client can take the lock, with a third of the timeout to spare for timer lateness",
-			"with New the backend sees neither the granted timeout nor the server's last answer: the grace (default zero) counts from go-zookeeper's disconnect event, 2/3 of the granted timeout into a silent link, and must stay under 1/3 of it",
-			"in an ensemble, a follower cut off from the leader answers its clients for up to syncLimit*tickTime after the leader last heard of them: the notice stays ahead only if syncLimit*tickTime + tickTime/2 + min(grace, 2T/3) < 2T/3, T the session timeout",
+			"Done closes when the session expires, the connection stays down past the disconnect grace, or (Dial) the server answers nothing for 2/3 of the smallest session timeout it granted the session (which may be less than the one asked for; a restarted server or new leader restores a session with the timeout granted at its creation, even after a later connection was granted more); the server expires the session no sooner than that timeout after the last request it answered, so Done closes before another client can take the lock, with a third of the timeout to spare for timer lateness",
+			"with Dial, a link whose round trip exceeds 1/3 of the session timeout cannot keep a lease: the silence bound reports it lost while the session lives (early, on the safe side)",
+			"with New the backend sees neither the granted timeout nor the server's last answer: the grace (default zero) counts from go-zookeeper's disconnect event, 2/3 of go-zookeeper's timeout after the last reply arrived, and must stay under 1/3 of the session timeout; the notice is ahead of the server only while the round trip stays under 1/3 of the timeout minus the grace, and only if the session was never granted a smaller timeout than go-zookeeper's (at its creation, say): a restored session expires on that one",
+			"in an ensemble, a follower cut off from the leader answers its clients for up to syncLimit*tickTime after the leader last heard of them: the notice stays ahead only if syncLimit*tickTime + tickTime/2 + min(grace, 2T/3) < 2T/3, T the session timeout; a follower that answers a ping and then freezes may never pass it on, leaving the leader's news of the session T/3 older than the client's: the silence bound then fires just as the leader can expire the session, with no margin for timer lateness",
 			"a holder process paused longer than a third of the session timeout learns of the loss after the next holder is granted the lock: guard writes with the fencing token",
 			"needs ZooKeeper >= 3.5.3 (container znodes reap empty key directories)",
 		},
@@ -476,8 +514,8 @@ func newBackend(o distlock.Options, timeout time.Duration, owned bool, ensemble 
 func (b *backend) setConn(c *zk.Conn) { b.conn.Store(c) }
 
 // disconnectGrace is the grace for a disconnection that starts now: the
-// one given, or a quarter of the newest session's granted timeout (Dial),
-// or zero when that is unknown (New).
+// one given, or a quarter of the smallest timeout granted to the current
+// session (Dial), or zero when that is unknown (New).
 func (b *backend) disconnectGrace() time.Duration {
 	if b.graceSet {
 		return b.grace
