@@ -3,7 +3,8 @@ package distlock
 import (
 	"errors"
 	"fmt"
-	"time"
+
+	"github.com/distlock/distlock/driver"
 )
 
 // Sentinel errors. Check them with errors.Is: the errors distlock returns
@@ -12,15 +13,15 @@ var (
 	// ErrNotAcquired: the key is held by someone else (TryAcquire), or a
 	// wait ended before the lock was taken (Acquire; then the error also
 	// matches ctx.Err()).
-	ErrNotAcquired = errors.New("distlock: lock not acquired")
+	ErrNotAcquired = driver.ErrNotAcquired
 
 	// ErrNotHeld: Refresh or Release on a lease that no longer owns its
 	// key — released already, expired, or taken over by another holder.
-	ErrNotHeld = errors.New("distlock: lock not held")
+	ErrNotHeld = driver.ErrNotHeld
 
 	// ErrLeaseLost: the lease ended without a Release: its validity ran out
 	// without a successful refresh, the server said the key is no longer
-	// ours, or the backend's session expired.
+	// ours, the backend's session expired, or a Release failed midway.
 	ErrLeaseLost = errors.New("distlock: lease lost")
 
 	// ErrReleased is what Lease.Err returns after a successful Release.
@@ -29,49 +30,31 @@ var (
 	// ErrClosed: the Locker was closed.
 	ErrClosed = errors.New("distlock: locker closed")
 
+	// ErrUnavailable: the lock service could not be reached (a refused or
+	// unresolvable address, a server that does not answer in time). The
+	// message names the address. A waiting Acquire retries it until its
+	// context ends.
+	ErrUnavailable = driver.ErrUnavailable
+
 	// ErrInvalid matches every invalid-input error below.
-	ErrInvalid = errors.New("distlock: invalid argument")
+	ErrInvalid = driver.ErrInvalid
 
 	// ErrInvalidKey: the key is empty, too long, not UTF-8, or holds
 	// control characters.
-	ErrInvalidKey error = &invalidError{"invalid key"}
+	ErrInvalidKey = driver.ErrInvalidKey
 
 	// ErrInvalidTTL: the TTL is zero, negative or too long.
-	ErrInvalidTTL error = &invalidError{"invalid TTL"}
+	ErrInvalidTTL = driver.ErrInvalidTTL
 
-	// ErrInvalidOption: an option has a value that cannot work (a nil
-	// function, a negative interval, a bad URL parameter…).
-	ErrInvalidOption error = &invalidError{"invalid option"}
+	// ErrInvalidOption: an option has a value that cannot work, or was
+	// passed where it does not apply (another backend's option, a
+	// Locker-wide option to a single call).
+	ErrInvalidOption = driver.ErrInvalidOption
 
-	// ErrInvalidURL: Open was given a URL it cannot parse or whose scheme no
-	// backend registered.
-	ErrInvalidURL error = &invalidError{"invalid URL"}
+	// ErrInvalidURL: Open was given a URL it cannot parse, without a host
+	// or with a bad port, or whose scheme no backend registered.
+	ErrInvalidURL = driver.ErrInvalidURL
 )
-
-// invalidError is a sentinel that also matches ErrInvalid.
-type invalidError struct{ msg string }
-
-func (e *invalidError) Error() string        { return "distlock: " + e.msg }
-func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
-
-// HeldError is returned (wrapped) by a failed attempt on a key someone else
-// holds. It matches ErrNotAcquired. RetryAfter, when positive, is how long the
-// current holder's lock has left, as the server reported it.
-type HeldError struct {
-	Key        string
-	RetryAfter time.Duration
-}
-
-// Error says the key is held and, when known, for how long yet.
-func (e *HeldError) Error() string {
-	if e.RetryAfter > 0 {
-		return fmt.Sprintf("distlock: key %q is held (expires in %v)", e.Key, e.RetryAfter)
-	}
-	return fmt.Sprintf("distlock: key %q is held", e.Key)
-}
-
-// Is makes a HeldError match ErrNotAcquired.
-func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
 
 // waitEnded is the error of an Acquire cut short by its context: it matches
 // both ErrNotAcquired and the context's error.

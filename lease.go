@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/distlock/distlock/driver"
 )
 
 // Lease is a held lock. Its Token fences the resource it protects; its Done
@@ -15,8 +17,8 @@ import (
 // says which. A Lease is safe for concurrent use.
 type Lease struct {
 	l        *locker
-	grant    Grant
-	o        Options
+	grant    driver.Grant
+	o        driver.Settings
 	acquired time.Time
 	holder   string // Fence().Holder: derived from the owner, not revealing it
 
@@ -47,7 +49,7 @@ func (ls *Lease) Key() string { return ls.grant.Key }
 func (ls *Lease) Token() Token { return ls.grant.Token }
 
 // unlockGrant is the grant as Unlock gets it: with the lease's current TTL.
-func (ls *Lease) unlockGrant() Grant {
+func (ls *Lease) unlockGrant() driver.Grant {
 	g := ls.grant
 	g.TTL = ls.TTL()
 	return g
@@ -101,11 +103,11 @@ func (ls *Lease) Refresh(ctx context.Context, opts ...Option) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidOption)
 	}
-	o := ls.o
-	o.TTL = ls.TTL()
-	o.apply(opts)
-	if o.err != nil {
-		return o.err
+	base := ls.o
+	base.TTL = ls.TTL()
+	o, err := driver.ResolveCall(base, opts)
+	if err != nil {
+		return err
 	}
 	if err := validateTTL(o.TTL); err != nil {
 		return err
@@ -145,12 +147,15 @@ func (ls *Lease) refresh(ctx context.Context, ttl time.Duration) error {
 		if errors.Is(err, ErrNotHeld) {
 			return notHeld(ls.Key(), ls.lostOnServer("the server no longer has it as ours: "+err.Error()))
 		}
+		// The call may have reached the server: a shorter TTL may now be
+		// in force there, so the lease cannot count on more than it.
+		ls.mayHaveShortened(start, ttl)
 		return ls.refreshFailed(ctx, err)
 	}
 	if validity <= 0 {
 		validity = ttl
 	}
-	deadline := start.Add(validity - ls.o.drift(ttl))
+	deadline := start.Add(validity - ls.o.Drift(ttl))
 	if !now().Before(deadline) {
 		return notHeld(ls.Key(), ls.lost("the refresh was confirmed after its own deadline"))
 	}
@@ -171,6 +176,26 @@ func (ls *Lease) refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	ls.l.observe(ctx, Event{Kind: EventRefreshed, Key: ls.Key(), Token: ls.Token(), Duration: now().Sub(start)})
 	return nil
+}
+
+// mayHaveShortened pulls the deadline in to what a refresh to ttl, started
+// at start and of unknown outcome, would leave.
+func (ls *Lease) mayHaveShortened(start time.Time, ttl time.Duration) {
+	d := start.Add(ttl - ls.o.Drift(ttl))
+	ls.mu.Lock()
+	if ls.end != nil || !d.Before(ls.deadline) {
+		ls.mu.Unlock()
+		return
+	}
+	ls.deadline = d
+	if ls.expiry != nil {
+		ls.expiry.Reset(time.Until(d))
+	}
+	ls.mu.Unlock()
+	select {
+	case ls.kick <- struct{}{}:
+	default:
+	}
 }
 
 // refreshFailed reports a refresh that did not get an answer: the lease is
@@ -248,7 +273,13 @@ func (ls *Lease) Release(ctx context.Context) error {
 		return notHeld(ls.Key(), lost)
 	default:
 		err = fmt.Errorf("distlock: %s: release %q: %w", ls.l.name, ls.Key(), err)
-		return errors.Join(err, ls.lost("its release failed, and may have reached the server: "+err.Error()))
+		if errors.Is(context.Cause(ctx), ErrClosed) {
+			return err // Close releases the lease itself, once this call is out of its way
+		}
+		// The lease ends (Err matches ErrLeaseLost), but the error says only
+		// that the release failed: whatever ran under the lease ran held.
+		ls.lost("its release failed, and may have reached the server: " + err.Error())
+		return err
 	}
 }
 
@@ -378,7 +409,7 @@ func (ls *Lease) afterEnd(f func()) {
 // default), but never later than halfway to the deadline, so a validity
 // shorter than the interval (Redlock, a late grant) is still renewed.
 func (ls *Lease) nextRenew() time.Duration {
-	return max(min(ls.o.renewEvery(ls.TTL()), time.Until(ls.Expires())/2), time.Millisecond)
+	return max(min(renewEvery(&ls.o, ls.TTL()), time.Until(ls.Expires())/2), time.Millisecond)
 }
 
 // keep is the lease's one background goroutine. It ends the lease when the

@@ -6,26 +6,30 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/distlock/distlock/driver"
 )
 
 // sessionBackend: a lock lives until Unlock (like a ZooKeeper session-bound znode).
 type sessionBackend struct {
+	driver.NoQueue
+	driver.NoNotice
 	mu    sync.Mutex
 	owner map[string]string
 	tok   Token
 }
 
-func (b *sessionBackend) TryLock(_ context.Context, r Request) (Grant, error) {
+func (b *sessionBackend) TryLock(_ context.Context, r driver.Request) (driver.Grant, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.owner[r.Key] != "" {
-		return Grant{}, &HeldError{Key: r.Key}
+		return driver.Grant{}, &HeldError{Key: r.Key}
 	}
 	b.owner[r.Key] = r.Owner
 	b.tok++
-	return Grant{Token: b.tok}, nil
+	return driver.Grant{Token: b.tok}, nil
 }
-func (b *sessionBackend) Refresh(_ context.Context, g Grant, ttl time.Duration) (time.Duration, error) {
+func (b *sessionBackend) Refresh(_ context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.owner[g.Key] != g.Owner {
@@ -33,7 +37,7 @@ func (b *sessionBackend) Refresh(_ context.Context, g Grant, ttl time.Duration) 
 	}
 	return ttl, nil
 }
-func (b *sessionBackend) Unlock(_ context.Context, g Grant) error {
+func (b *sessionBackend) Unlock(_ context.Context, g driver.Grant) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.owner[g.Key] != g.Owner {

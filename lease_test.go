@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/memory"
 )
 
@@ -16,7 +17,7 @@ import (
 // wrap lets a test slow down or fail memory's calls; it hides Lost so the
 // portable layer uses its timer path unless keepLost is set.
 type wrap struct {
-	distlock.Backend
+	driver.Backend
 	keepLost     bool
 	refreshBlock atomic.Bool  // Refresh waits for ctx
 	refreshDelay atomic.Int64 // Refresh sleeps this long first
@@ -24,14 +25,14 @@ type wrap struct {
 	refreshes    atomic.Int64
 }
 
-func (w *wrap) TryLock(ctx context.Context, r distlock.Request) (distlock.Grant, error) {
+func (w *wrap) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	g, err := w.Backend.TryLock(ctx, r)
 	if !w.keepLost {
 		g.Lost = nil
 	}
 	return g, err
 }
-func (w *wrap) Refresh(ctx context.Context, g distlock.Grant, ttl time.Duration) (time.Duration, error) {
+func (w *wrap) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	w.refreshes.Add(1)
 	if w.refreshBlock.Load() {
 		<-ctx.Done()
@@ -43,7 +44,7 @@ func (w *wrap) Refresh(ctx context.Context, g distlock.Grant, ttl time.Duration)
 	}
 	return v, err
 }
-func (w *wrap) Unlock(ctx context.Context, g distlock.Grant) error {
+func (w *wrap) Unlock(ctx context.Context, g driver.Grant) error {
 	if w.unlockFail.Load() {
 		return errors.New("network unreachable")
 	}

@@ -17,22 +17,14 @@
 //
 // The shared behaviour — validation, blocking acquire, back-off, renewal,
 // loss detection, Close — is written once in this package; a backend only
-// implements [Backend], a handful of single round-trip operations.
+// implements driver.Backend (package driver), a handful of single
+// round-trip operations, and [New] turns it into a Locker.
 package distlock
 
 import (
 	"context"
-	"strconv"
 	"time"
 )
-
-// Token is a fencing token: it strictly increases, per key, across the
-// successive holders of a lock. Pass it to the resource you protect and have
-// the resource refuse any token lower than one it has already seen.
-type Token int64
-
-// String returns the token in decimal.
-func (t Token) String() string { return strconv.FormatInt(int64(t), 10) }
 
 // Fence is what a guarded write presents to the resource: the lease's token
 // and an id of the holder that was granted it. A resource accepts a token
@@ -71,49 +63,6 @@ type Locker interface {
 	// backend. Acquire, TryAcquire and Do on a closed Locker return
 	// ErrClosed; Close itself may be called again and returns nil.
 	Close() error
-}
-
-// WaitMode says how a backend's waiters learn that a key became free.
-type WaitMode string
-
-const (
-	// WaitPoll: waiters retry with jittered exponential back-off.
-	WaitPoll WaitMode = "poll"
-	// WaitNotify: the releaser pushes a notice (e.g. Redis pub/sub) and
-	// waiters fall back to a bounded poll in case a notice is missed.
-	WaitNotify WaitMode = "notify"
-	// WaitQueue: waiters join a server-side queue and watch their
-	// predecessor (etcd, ZooKeeper); the server wakes exactly the next one.
-	WaitQueue WaitMode = "queue"
-)
-
-// Guarantees is what a backend declares about itself. Each field is a claim
-// the backend's tests check; a claim no test checks is left at its zero value.
-type Guarantees struct {
-	// Backend is the backend's short name, e.g. "redis".
-	Backend string
-	// TokenSource says where fencing tokens come from.
-	TokenSource string
-	// Wait says how waiters are woken.
-	Wait WaitMode
-	// FIFO is true when waiters acquire in the order they started waiting.
-	FIFO bool
-	// FailuresTolerated is how many servers can fail without losing safety
-	// or availability (0 for a single server).
-	FailuresTolerated int
-	// ClockDependent is true when mutual exclusion relies on bounded clock
-	// drift between servers and clients (timed leases on independent nodes).
-	ClockDependent bool
-	// RestartLosesLocks is true when a server crash, restart or failover can
-	// drop held locks or repeat tokens (e.g. Redis without fsync).
-	RestartLosesLocks bool
-	// SessionTTL is true when a lock lives as long as the client's session
-	// and the TTL option sets nothing per lease (ZooKeeper).
-	SessionTTL bool
-	// SingleProcess is true when locks are only seen inside one process.
-	SingleProcess bool
-	// Notes are caveats worth reading before choosing the backend.
-	Notes []string
 }
 
 // As reports whether the Locker gives access to an underlying client of the

@@ -14,17 +14,19 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/distlock/distlock/driver"
 )
 
 // New wraps a Backend in the portable layer and returns the Locker users
 // program against. Backend packages call it from their own constructors;
 // call it directly to run a third-party or wrapped Backend. New owns b: if
 // it fails, it closes b, so a constructor can simply return its result.
-func New(b Backend, opts ...Option) (Locker, error) {
+func New(b driver.Backend, opts ...Option) (Locker, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: nil backend", ErrInvalidOption)
 	}
-	o, err := ResolveOptions(opts...)
+	o, err := driver.Resolve(defaultSettings(), b.Guarantees().Backend, opts)
 	if err == nil {
 		err = validateTTL(o.TTL)
 	}
@@ -33,14 +35,16 @@ func New(b Backend, opts ...Option) (Locker, error) {
 		return nil, err
 	}
 	life, stop := context.WithCancelCause(context.Background())
-	return &locker{b: b, opts: o, name: b.Guarantees().Backend, life: life, stop: stop,
+	g := b.Guarantees()
+	return &locker{b: b, opts: o, name: g.Backend, mode: g.Wait, life: life, stop: stop,
 		leases: make(map[*Lease]struct{})}, nil
 }
 
 // locker is the portable layer: everything a backend would otherwise repeat.
 type locker struct {
-	b    Backend
-	opts Options
+	b    driver.Backend
+	opts driver.Settings
+	mode driver.WaitMode // Guarantees().Wait: which capability waits
 	name string
 
 	// life is cancelled by Close; every backend call and background loop
@@ -123,10 +127,9 @@ func (l *locker) acquire(ctx context.Context, key string, opts []Option, wait, r
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
 	}
-	o := l.opts
-	o.apply(opts)
-	if o.err != nil {
-		return nil, o.err
+	o, err := driver.ResolveCall(l.opts, opts)
+	if err != nil {
+		return nil, err
 	}
 	if err := ValidateKey(key); err != nil {
 		return nil, err
@@ -134,8 +137,8 @@ func (l *locker) acquire(ctx context.Context, key string, opts []Option, wait, r
 	if err := validateTTL(o.TTL); err != nil {
 		return nil, err
 	}
-	if o.TTL <= o.drift(o.TTL) {
-		return nil, fmt.Errorf("%w: %v is not above the clock-drift allowance %v", ErrInvalidTTL, o.TTL, o.drift(o.TTL))
+	if o.TTL <= o.Drift(o.TTL) {
+		return nil, fmt.Errorf("%w: %v is not above the clock-drift allowance %v", ErrInvalidTTL, o.TTL, o.Drift(o.TTL))
 	}
 	if err := l.enter(); err != nil {
 		return nil, err
@@ -148,17 +151,16 @@ func (l *locker) acquire(ctx context.Context, key string, opts []Option, wait, r
 	// try), so nothing a failed attempt leaves behind, such as a late
 	// release or a lock set by a request whose reply was lost, can match
 	// a later attempt.
-	req := Request{Key: key, TTL: o.TTL, Owner: newOwner()}
+	req := driver.Request{Key: key, TTL: o.TTL, Owner: newOwner()}
 	began := now()
 	var (
-		g     Grant
+		g     driver.Grant
 		start time.Time
-		err   error
 	)
-	if blocker, ok := l.b.(Blocker); ok && wait {
-		// A Blocker leaves nothing behind on failure (its contract).
+	if wait && l.mode == driver.WaitQueue {
+		// The server's queue; Lock leaves nothing behind on failure.
 		start = now()
-		g, err = blocker.Lock(bctx, req)
+		g, err = l.b.Lock(bctx, req)
 	} else if wait {
 		g, start, err = l.poll(bctx, &req, &o)
 	} else {
@@ -212,7 +214,7 @@ func (l *locker) acquireError(ctx, bctx context.Context, key string, err error) 
 // attempt's own owner, so it can only free that attempt's lock; it is tried
 // again, with back-off, while it finds nothing (the request may land
 // later) or fails, within the release timeout. Close interrupts it.
-func (l *locker) abandon(req Request, o *Options) {
+func (l *locker) abandon(req driver.Request, o *driver.Settings) {
 	if l.abandoning.Add(1) > maxAbandoning {
 		// A server that is down makes every attempt ambiguous; a tight
 		// retry loop must not pile up give-backs. The TTL frees the rest.
@@ -229,7 +231,7 @@ func (l *locker) abandon(req Request, o *Options) {
 		defer l.abandoning.Add(-1)
 		ctx, cancel := context.WithTimeout(l.life, o.ReleaseTimeout)
 		defer cancel()
-		g := Grant{Key: req.Key, Owner: req.Owner, TTL: req.TTL}
+		g := driver.Grant{Key: req.Key, Owner: req.Owner, TTL: req.TTL}
 		for delay := abandonFirstRetry; ; delay *= 2 {
 			err := l.b.Unlock(ctx, g)
 			if err == nil || ctx.Err() != nil {
@@ -253,10 +255,10 @@ const abandonFirstRetry = 50 * time.Millisecond
 // attempt, then wait for a release notice (bounded by the holder's
 // remaining TTL) or a jittered exponential back-off, and try again. Each
 // attempt gets a new owner value in req; on success req holds the winner's.
-func (l *locker) poll(ctx context.Context, req *Request, o *Options) (Grant, time.Time, error) {
-	var sub Subscription
-	if n, ok := l.b.(Notifier); ok {
-		s, err := n.Subscribe(ctx, req.Key)
+func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settings) (driver.Grant, time.Time, error) {
+	var sub driver.Subscription
+	if l.mode == driver.WaitNotify {
+		s, err := l.b.Subscribe(ctx, req.Key)
 		switch {
 		case err == nil:
 			sub = s
@@ -267,7 +269,7 @@ func (l *locker) poll(ctx context.Context, req *Request, o *Options) (Grant, tim
 				}
 			}()
 		case ctx.Err() != nil:
-			return Grant{}, time.Time{}, err
+			return driver.Grant{}, time.Time{}, err
 		default:
 			l.log(slog.LevelWarn, "subscribe failed; polling instead", req.Key, err)
 		}
@@ -297,7 +299,7 @@ func (l *locker) poll(ctx context.Context, req *Request, o *Options) (Grant, tim
 			werr := sub.Wait(wctx)
 			cancel()
 			if ctx.Err() != nil {
-				return Grant{}, time.Time{}, ctx.Err()
+				return driver.Grant{}, time.Time{}, ctx.Err()
 			}
 			if werr != nil && !errors.Is(werr, context.DeadlineExceeded) {
 				l.log(slog.LevelWarn, "subscription failed; polling instead", req.Key, werr)
@@ -311,7 +313,7 @@ func (l *locker) poll(ctx context.Context, req *Request, o *Options) (Grant, tim
 			delay = remaining + jitter(o.BackoffMin)
 		}
 		if err := sleep(ctx, delay); err != nil {
-			return Grant{}, time.Time{}, err
+			return driver.Grant{}, time.Time{}, err
 		}
 	}
 }
@@ -320,7 +322,7 @@ func (l *locker) poll(ctx context.Context, req *Request, o *Options) (Grant, tim
 // long-TTL key strands a waiter for at most this long.
 const maxFallbackPoll = 5 * time.Second
 
-func fallbackPoll(o *Options, remaining time.Duration) time.Duration {
+func fallbackPoll(o *driver.Settings, remaining time.Duration) time.Duration {
 	d := o.BackoffMax
 	if remaining > 0 {
 		d = min(remaining, maxFallbackPoll)
@@ -330,7 +332,7 @@ func fallbackPoll(o *Options, remaining time.Duration) time.Duration {
 
 // backoff is full-jitter exponential back-off: uniform in
 // [min, min(max, min·2^attempt)].
-func backoff(o *Options, attempt int) time.Duration {
+func backoff(o *driver.Settings, attempt int) time.Duration {
 	ceil := o.BackoffMax
 	if attempt < 62 && o.BackoffMin <= o.BackoffMax>>attempt { // no overflow
 		ceil = o.BackoffMin << attempt
@@ -356,7 +358,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func (l *locker) newLease(req Request, g Grant, start time.Time, o *Options, renew bool) (*Lease, error) {
+func (l *locker) newLease(req driver.Request, g driver.Grant, start time.Time, o *driver.Settings, renew bool) (*Lease, error) {
 	g.Key, g.Owner, g.TTL = req.Key, req.Owner, req.TTL
 	validity := g.Validity
 	if validity <= 0 {
@@ -364,7 +366,7 @@ func (l *locker) newLease(req Request, g Grant, start time.Time, o *Options, ren
 	}
 	ls := &Lease{
 		l: l, grant: g, o: *o, ttl: req.TTL, acquired: start, holder: holderID(req.Owner),
-		deadline: start.Add(validity - o.drift(req.TTL)),
+		deadline: start.Add(validity - o.Drift(req.TTL)),
 		done:     make(chan struct{}),
 		kick:     make(chan struct{}, 1),
 		call:     make(chan struct{}, 1),
@@ -469,10 +471,6 @@ func ValidateKey(key string) error {
 	}
 	return nil
 }
-
-// ValidateTTL reports whether ttl is acceptable: positive and at most
-// MaxTTL. Openers use it to reject a bad ttl= before dialling.
-func ValidateTTL(ttl time.Duration) error { return validateTTL(ttl) }
 
 func validateTTL(ttl time.Duration) error {
 	if ttl <= 0 || ttl > MaxTTL {

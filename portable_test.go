@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testutil"
 	"github.com/distlock/distlock/memory"
 )
@@ -164,22 +165,32 @@ func TestLoggerReportsLoss(t *testing.T) {
 	}
 }
 
-// pollOnly hides the memory backend's Notifier and counts attempts.
+// pollOnly hides the memory backend's notices and counts attempts.
 type pollOnly struct {
-	b        distlock.Backend
+	driver.NoQueue
+	driver.NoNotice
+	b        driver.Backend
 	attempts atomic.Int64
+	wait     driver.WaitMode // declared; WaitPoll when empty
 }
 
-func (p *pollOnly) TryLock(ctx context.Context, r distlock.Request) (distlock.Grant, error) {
+func (p *pollOnly) TryLock(ctx context.Context, r driver.Request) (driver.Grant, error) {
 	p.attempts.Add(1)
 	return p.b.TryLock(ctx, r)
 }
-func (p *pollOnly) Refresh(ctx context.Context, g distlock.Grant, ttl time.Duration) (time.Duration, error) {
+func (p *pollOnly) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	return p.b.Refresh(ctx, g, ttl)
 }
-func (p *pollOnly) Unlock(ctx context.Context, g distlock.Grant) error { return p.b.Unlock(ctx, g) }
-func (p *pollOnly) Guarantees() distlock.Guarantees                    { return p.b.Guarantees() }
-func (p *pollOnly) Close() error                                       { return p.b.Close() }
+func (p *pollOnly) Unlock(ctx context.Context, g driver.Grant) error { return p.b.Unlock(ctx, g) }
+func (p *pollOnly) Guarantees() distlock.Guarantees {
+	g := p.b.Guarantees()
+	g.Wait = driver.WaitPoll
+	if p.wait != "" {
+		g.Wait = p.wait
+	}
+	return g
+}
+func (p *pollOnly) Close() error { return p.b.Close() }
 
 // TestPollingBacksOff: without a native wait the portable layer backs off
 // exponentially rather than spinning, and still gets the key once free.
@@ -224,7 +235,7 @@ type deafSub struct{}
 func (deafSub) Wait(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
 func (deafSub) Close() error                   { return nil }
 
-func (d *deafNotifier) Subscribe(context.Context, string) (distlock.Subscription, error) {
+func (d *deafNotifier) Subscribe(context.Context, string) (driver.Subscription, error) {
 	return deafSub{}, nil
 }
 
@@ -234,7 +245,7 @@ func TestLostNoticeDoesNotStrand(t *testing.T) {
 	ctx := context.Background()
 	store := memory.NewStore()
 	holder := newMem(t, store)
-	d := &deafNotifier{pollOnly{b: memory.NewBackend(store)}}
+	d := &deafNotifier{pollOnly{b: memory.NewBackend(store), wait: driver.WaitNotify}}
 	waiter, err := distlock.New(d)
 	if err != nil {
 		t.Fatal(err)
@@ -334,7 +345,7 @@ func (brokenSub) Close() error               { return nil }
 
 type brokenNotifier struct{ pollOnly }
 
-func (b *brokenNotifier) Subscribe(context.Context, string) (distlock.Subscription, error) {
+func (b *brokenNotifier) Subscribe(context.Context, string) (driver.Subscription, error) {
 	return brokenSub{}, nil
 }
 
@@ -345,7 +356,7 @@ func TestFailedSubscriptionFallsBackToPolling(t *testing.T) {
 	ctx := context.Background()
 	store := memory.NewStore()
 	holder := newMem(t, store)
-	b := &brokenNotifier{pollOnly{b: memory.NewBackend(store)}}
+	b := &brokenNotifier{pollOnly{b: memory.NewBackend(store), wait: driver.WaitNotify}}
 	waiter, err := distlock.New(b, distlock.WithBackoff(time.Millisecond, 20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

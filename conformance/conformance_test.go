@@ -11,12 +11,13 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/conformance"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/memory"
 )
 
 // harnessOn builds a harness whose Lockers run on wrap(memory backend):
 // with wrap = identity it is the reference backend, otherwise a broken one.
-func harnessOn(wrap func(distlock.Backend, *memory.Store) distlock.Backend) conformance.Harness {
+func harnessOn(wrap func(driver.Backend, *memory.Store) driver.Backend) conformance.Harness {
 	store := memory.NewStore()
 	var reg conformance.CrashRegistry
 	return conformance.Harness{
@@ -45,25 +46,25 @@ func harnessOn(wrap func(distlock.Backend, *memory.Store) distlock.Backend) conf
 
 // noExclusion grants every attempt, held key or not.
 type noExclusion struct {
-	distlock.Backend
+	driver.Backend
 	tokens atomic.Int64
 }
 
-func (b *noExclusion) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
-	return distlock.Grant{Token: distlock.Token(b.tokens.Add(1))}, nil
+func (b *noExclusion) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	return driver.Grant{Token: distlock.Token(b.tokens.Add(1))}, nil
 }
-func (b *noExclusion) Refresh(context.Context, distlock.Grant, time.Duration) (time.Duration, error) {
+func (b *noExclusion) Refresh(context.Context, driver.Grant, time.Duration) (time.Duration, error) {
 	return 0, nil
 }
-func (b *noExclusion) Unlock(context.Context, distlock.Grant) error { return nil }
+func (b *noExclusion) Unlock(context.Context, driver.Grant) error { return nil }
 
 // anyoneReleases deletes the key on Unlock whoever holds it.
 type anyoneReleases struct {
-	distlock.Backend
+	driver.Backend
 	store *memory.Store
 }
 
-func (b *anyoneReleases) Unlock(_ context.Context, g distlock.Grant) error {
+func (b *anyoneReleases) Unlock(_ context.Context, g driver.Grant) error {
 	if !b.store.ForceExpire(g.Key) {
 		return distlock.ErrNotHeld
 	}
@@ -71,18 +72,18 @@ func (b *anyoneReleases) Unlock(_ context.Context, g distlock.Grant) error {
 }
 
 // constantToken hands every holder token 1.
-type constantToken struct{ distlock.Backend }
+type constantToken struct{ driver.Backend }
 
-func (b constantToken) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+func (b constantToken) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	g, err := b.Backend.TryLock(ctx, req)
 	g.Token = 1
 	return g, err
 }
 
 // neverExpires ignores the TTL: locks last a day on the server.
-type neverExpires struct{ distlock.Backend }
+type neverExpires struct{ driver.Backend }
 
-func (b neverExpires) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+func (b neverExpires) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	ttl := req.TTL
 	req.TTL = distlock.MaxTTL
 	g, err := b.Backend.TryLock(ctx, req)
@@ -90,33 +91,33 @@ func (b neverExpires) TryLock(ctx context.Context, req distlock.Request) (distlo
 	g.Lost = nil
 	return g, err
 }
-func (b neverExpires) Refresh(ctx context.Context, g distlock.Grant, ttl time.Duration) (time.Duration, error) {
+func (b neverExpires) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	_, err := b.Backend.Refresh(ctx, g, distlock.MaxTTL)
 	return ttl, err
 }
 
 // doneNeverCloses never reports a loss: refresh always "succeeds" and the
 // server's loss signal is dropped.
-type doneNeverCloses struct{ distlock.Backend }
+type doneNeverCloses struct{ driver.Backend }
 
-func (b doneNeverCloses) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+func (b doneNeverCloses) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	g, err := b.Backend.TryLock(ctx, req)
 	g.Lost = nil
 	return g, err
 }
-func (b doneNeverCloses) Refresh(_ context.Context, _ distlock.Grant, ttl time.Duration) (time.Duration, error) {
+func (b doneNeverCloses) Refresh(_ context.Context, _ driver.Grant, ttl time.Duration) (time.Duration, error) {
 	return ttl, nil
 }
 
 // refreshDoesNothing accepts refreshes without extending the lock.
-type refreshDoesNothing struct{ distlock.Backend }
+type refreshDoesNothing struct{ driver.Backend }
 
-func (b refreshDoesNothing) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+func (b refreshDoesNothing) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	g, err := b.Backend.TryLock(ctx, req)
 	g.Lost = nil // a client that cannot hear the server expire it
 	return g, err
 }
-func (b refreshDoesNothing) Refresh(_ context.Context, _ distlock.Grant, ttl time.Duration) (time.Duration, error) {
+func (b refreshDoesNothing) Refresh(_ context.Context, _ driver.Grant, ttl time.Duration) (time.Duration, error) {
 	return ttl, nil
 }
 
@@ -126,25 +127,32 @@ type orphans struct {
 	keys map[string]bool
 }
 
-// leavesResidue is a queue backend (a Blocker) whose waiter forgets to
+// leavesResidue is a queue backend whose waiter forgets to
 // delete its queue entry when its context ends, blocking every later
 // attempt on the key.
 type leavesResidue struct {
-	distlock.Backend
+	driver.Backend
 	left *orphans
 }
 
-func (b *leavesResidue) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+func (b *leavesResidue) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	b.left.mu.Lock()
 	orphan := b.left.keys[req.Key]
 	b.left.mu.Unlock()
 	if orphan {
-		return distlock.Grant{}, &distlock.HeldError{Key: req.Key}
+		return driver.Grant{}, &distlock.HeldError{Key: req.Key}
 	}
 	return b.Backend.TryLock(ctx, req)
 }
 
-func (b *leavesResidue) Lock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+// Guarantees declares the server-side queue, so Acquire waits in Lock.
+func (b *leavesResidue) Guarantees() driver.Guarantees {
+	g := b.Backend.Guarantees()
+	g.Wait = driver.WaitQueue
+	return g
+}
+
+func (b *leavesResidue) Lock(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	for {
 		g, err := b.TryLock(ctx, req)
 		if !errors.Is(err, distlock.ErrNotAcquired) {
@@ -155,14 +163,14 @@ func (b *leavesResidue) Lock(ctx context.Context, req distlock.Request) (distloc
 			b.left.mu.Lock()
 			b.left.keys[req.Key] = true // the bug: the entry stays
 			b.left.mu.Unlock()
-			return distlock.Grant{}, ctx.Err()
+			return driver.Grant{}, ctx.Err()
 		case <-time.After(5 * time.Millisecond): // a test double; real backends wait on the server
 		}
 	}
 }
 
 func TestReferencePasses(t *testing.T) {
-	conformance.Run(t, harnessOn(func(b distlock.Backend, _ *memory.Store) distlock.Backend { return b }))
+	conformance.Run(t, harnessOn(func(b driver.Backend, _ *memory.Store) driver.Backend { return b }))
 }
 
 // TestBrokenLockersFail checks that the suite catches each broken rule, and
@@ -170,21 +178,21 @@ func TestReferencePasses(t *testing.T) {
 func TestBrokenLockersFail(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		wrap func(distlock.Backend, *memory.Store) distlock.Backend
+		wrap func(driver.Backend, *memory.Store) driver.Backend
 		want string // the case that must fail
 	}{
-		{"no mutual exclusion", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return &noExclusion{Backend: b} }, "MutualExclusion"},
-		{"no mutual exclusion (try)", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return &noExclusion{Backend: b} }, "TryAcquireHeld"},
-		{"release by non-owner", func(b distlock.Backend, s *memory.Store) distlock.Backend { return &anyoneReleases{b, s} }, "StaleReleaseKeepsNewHolder"},
-		{"tokens not increasing", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return constantToken{b} }, "TokensIncrease"},
-		{"tokens not increasing after expiry", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return constantToken{b} }, "TokensIncreaseAfterExpiry"},
-		{"never expires", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return neverExpires{b} }, "CrashFreesAfterTTL"},
-		{"Done never closes", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return doneNeverCloses{b} }, "ForcedExpiryEndsDone"},
-		{"Do not cancelled on loss", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return doneNeverCloses{b} }, "DoCancelsOnLoss"},
-		{"refresh does not extend", func(b distlock.Backend, _ *memory.Store) distlock.Backend { return refreshDoesNothing{b} }, "RefreshExtends"},
-		{"waiter leaves residue", func() func(distlock.Backend, *memory.Store) distlock.Backend {
+		{"no mutual exclusion", func(b driver.Backend, _ *memory.Store) driver.Backend { return &noExclusion{Backend: b} }, "MutualExclusion"},
+		{"no mutual exclusion (try)", func(b driver.Backend, _ *memory.Store) driver.Backend { return &noExclusion{Backend: b} }, "TryAcquireHeld"},
+		{"release by non-owner", func(b driver.Backend, s *memory.Store) driver.Backend { return &anyoneReleases{b, s} }, "StaleReleaseKeepsNewHolder"},
+		{"tokens not increasing", func(b driver.Backend, _ *memory.Store) driver.Backend { return constantToken{b} }, "TokensIncrease"},
+		{"tokens not increasing after expiry", func(b driver.Backend, _ *memory.Store) driver.Backend { return constantToken{b} }, "TokensIncreaseAfterExpiry"},
+		{"never expires", func(b driver.Backend, _ *memory.Store) driver.Backend { return neverExpires{b} }, "CrashFreesAfterTTL"},
+		{"Done never closes", func(b driver.Backend, _ *memory.Store) driver.Backend { return doneNeverCloses{b} }, "ForcedExpiryEndsDone"},
+		{"Do not cancelled on loss", func(b driver.Backend, _ *memory.Store) driver.Backend { return doneNeverCloses{b} }, "DoCancelsOnLoss"},
+		{"refresh does not extend", func(b driver.Backend, _ *memory.Store) driver.Backend { return refreshDoesNothing{b} }, "RefreshExtends"},
+		{"waiter leaves residue", func() func(driver.Backend, *memory.Store) driver.Backend {
 			left := &orphans{keys: map[string]bool{}}
-			return func(b distlock.Backend, _ *memory.Store) distlock.Backend { return &leavesResidue{b, left} }
+			return func(b driver.Backend, _ *memory.Store) driver.Backend { return &leavesResidue{b, left} }
 		}(), "CancelLeavesNoResidue"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -237,7 +245,7 @@ func TestCheckReportsAll(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole suite")
 	}
-	err := conformance.Check(t.Context(), harnessOn(func(b distlock.Backend, _ *memory.Store) distlock.Backend { return constantToken{b} }))
+	err := conformance.Check(t.Context(), harnessOn(func(b driver.Backend, _ *memory.Store) driver.Backend { return constantToken{b} }))
 	if err == nil {
 		t.Fatal("Check passed a locker with constant tokens")
 	}
@@ -251,7 +259,7 @@ func TestCheckReportsAll(t *testing.T) {
 }
 
 func TestMissingCapabilitiesSkip(t *testing.T) {
-	h := harnessOn(func(b distlock.Backend, _ *memory.Store) distlock.Backend { return b })
+	h := harnessOn(func(b driver.Backend, _ *memory.Store) driver.Backend { return b })
 	h.Crash, h.ForceExpire = nil, nil
 	for _, name := range []string{"CrashFreesAfterTTL", "ForcedExpiryEndsDone", "StaleReleaseKeepsNewHolder"} {
 		err := findCase(t, name).Check(t.Context(), h)
@@ -262,14 +270,20 @@ func TestMissingCapabilitiesSkip(t *testing.T) {
 	}
 }
 
-// queueOnly is a Blocker over the memory backend, to check that Crashable
+// queueOnly is a queue backend over the memory backend, to check that Crashable
 // keeps a queue backend's Lock in use.
 type queueOnly struct {
-	distlock.Backend
+	driver.Backend
 	locks atomic.Int64
 }
 
-func (q *queueOnly) Lock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+func (q *queueOnly) Guarantees() driver.Guarantees {
+	g := q.Backend.Guarantees()
+	g.Wait = driver.WaitQueue
+	return g
+}
+
+func (q *queueOnly) Lock(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	q.locks.Add(1)
 	for {
 		g, err := q.Backend.TryLock(ctx, req)
@@ -278,19 +292,16 @@ func (q *queueOnly) Lock(ctx context.Context, req distlock.Request) (distlock.Gr
 		}
 		select {
 		case <-ctx.Done():
-			return distlock.Grant{}, ctx.Err()
+			return driver.Grant{}, ctx.Err()
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
 }
 
-func TestCrashableKeepsBlocker(t *testing.T) {
+func TestCrashableKeepsQueue(t *testing.T) {
 	q := &queueOnly{Backend: memory.NewBackend(memory.NewStore())}
 	c := conformance.NewCrashable(q)
-	if _, ok := c.Blocking().(distlock.Blocker); !ok {
-		t.Fatal("Blocking() hides the wrapped Blocker")
-	}
-	l, err := distlock.New(c.Blocking())
+	l, err := distlock.New(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +321,4 @@ func TestCrashableKeepsBlocker(t *testing.T) {
 		t.Fatalf("Acquire after Crash: %v", err)
 	}
 	_ = ls
-	if _, ok := conformance.NewCrashable(memory.NewBackend(memory.NewStore())).Blocking().(distlock.Blocker); ok {
-		t.Fatal("Blocking() invents a Blocker the backend lacks")
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // ErrCrashed is what a crashed backend returns from every call.
@@ -20,51 +21,40 @@ var ErrCrashed = errors.New("conformance: backend crashed")
 // client-side sessions (ZooKeeper) must also drop the session's connection
 // without ending the session.
 //
-// A Crashable forwards Subscribe (Notifier) and As; pass Backend() rather
-// than the Crashable itself to distlock.New when the wrapped backend is a
-// Blocker, so its server-side queue stays in use.
+// A Crashable keeps every capability of the wrapped backend (Lock,
+// Subscribe) and forwards As.
 type Crashable struct {
-	distlock.Backend
+	driver.Backend
 	crashed atomic.Bool
 }
 
 // NewCrashable wraps b.
-func NewCrashable(b distlock.Backend) *Crashable { return &Crashable{Backend: b} }
+func NewCrashable(b driver.Backend) *Crashable { return &Crashable{Backend: b} }
 
 // Crashed reports whether Crash was called.
 func (c *Crashable) Crashed() bool { return c.crashed.Load() }
 
-// Blocking returns c as a Backend that also implements distlock.Blocker
-// when the wrapped backend does; otherwise c itself.
-func (c *Crashable) Blocking() distlock.Backend {
-	if _, ok := c.Backend.(distlock.Blocker); ok {
-		return crashableBlocker{c}
-	}
-	return c
-}
-
-type crashableBlocker struct{ *Crashable }
-
-func (c crashableBlocker) Lock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+// Lock fails with ErrCrashed after Crash, else forwards.
+func (c *Crashable) Lock(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	if c.crashed.Load() {
-		return distlock.Grant{}, ErrCrashed
+		return driver.Grant{}, ErrCrashed
 	}
-	return c.Backend.(distlock.Blocker).Lock(ctx, req)
+	return c.Backend.Lock(ctx, req)
 }
 
 // Crash makes every later call fail.
 func (c *Crashable) Crash() { c.crashed.Store(true) }
 
 // TryLock fails with ErrCrashed after Crash, else forwards.
-func (c *Crashable) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+func (c *Crashable) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	if c.crashed.Load() {
-		return distlock.Grant{}, ErrCrashed
+		return driver.Grant{}, ErrCrashed
 	}
 	return c.Backend.TryLock(ctx, req)
 }
 
 // Refresh fails with ErrCrashed after Crash, else forwards.
-func (c *Crashable) Refresh(ctx context.Context, g distlock.Grant, ttl time.Duration) (time.Duration, error) {
+func (c *Crashable) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	if c.crashed.Load() {
 		return 0, ErrCrashed
 	}
@@ -72,7 +62,7 @@ func (c *Crashable) Refresh(ctx context.Context, g distlock.Grant, ttl time.Dura
 }
 
 // Unlock fails with ErrCrashed after Crash, else forwards.
-func (c *Crashable) Unlock(ctx context.Context, g distlock.Grant) error {
+func (c *Crashable) Unlock(ctx context.Context, g driver.Grant) error {
 	if c.crashed.Load() {
 		return ErrCrashed
 	}
@@ -109,16 +99,12 @@ func (r *CrashRegistry) Crash(_ context.Context, l distlock.Locker) error {
 	return nil
 }
 
-// Subscribe forwards to the wrapped backend's Notifier, if it has one.
-func (c *Crashable) Subscribe(ctx context.Context, key string) (distlock.Subscription, error) {
-	n, ok := c.Backend.(distlock.Notifier)
-	if !ok {
-		return nil, errors.ErrUnsupported
-	}
+// Subscribe fails with ErrCrashed after Crash, else forwards.
+func (c *Crashable) Subscribe(ctx context.Context, key string) (driver.Subscription, error) {
 	if c.crashed.Load() {
 		return nil, ErrCrashed
 	}
-	return n.Subscribe(ctx, key)
+	return c.Backend.Subscribe(ctx, key)
 }
 
 // As forwards to the wrapped backend.

@@ -77,6 +77,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -84,7 +85,7 @@ import (
 )
 
 func init() {
-	distlock.Register("etcd", open)
+	driver.Register("etcd", open)
 }
 
 // DefaultPrefix is the key prefix used when WithPrefix is not given.
@@ -126,9 +127,9 @@ type lossWatchKey struct{}
 func WithPrefix(prefix string) distlock.Option {
 	p := strings.TrimRight(prefix, "/")
 	if p == "" {
-		return distlock.InvalidOption("etcd: empty key prefix %q", prefix)
+		return driver.InvalidOption("etcd: empty key prefix %q", prefix)
 	}
-	return distlock.BackendOption(prefixKey{}, p)
+	return driver.BackendOption("etcd", "WithPrefix", prefixKey{}, p)
 }
 
 // WithLossWatch turns on (the default) or off the watch each held lock keeps
@@ -138,7 +139,7 @@ func WithPrefix(prefix string) distlock.Option {
 // short holds do not pay for it). Without it a loss is noticed at the next
 // refresh or at the local deadline.
 func WithLossWatch(on bool) distlock.Option {
-	return distlock.BackendOption(lossWatchKey{}, on)
+	return driver.BackendOption("etcd", "WithLossWatch", lossWatchKey{}, on)
 }
 
 // New returns a Locker on client. The client stays the caller's: closing the
@@ -157,8 +158,8 @@ func New(client *clientv3.Client, opts ...distlock.Option) (distlock.Locker, err
 
 // NewBackend returns the raw Backend on client, for wrapping (tests,
 // middleware) before passing it to distlock.New. It implements
-// distlock.Blocker. As with New, the client is not closed by Close.
-func NewBackend(client *clientv3.Client, opts ...distlock.Option) (distlock.Backend, error) {
+// driver.Blocker. As with New, the client is not closed by Close.
+func NewBackend(client *clientv3.Client, opts ...distlock.Option) (driver.Backend, error) {
 	return newBackend(client, false, opts)
 }
 
@@ -166,12 +167,12 @@ func newBackend(cli *clientv3.Client, owns bool, opts []distlock.Option) (*backe
 	if cli == nil {
 		return nil, fmt.Errorf("%w: etcd: nil client", distlock.ErrInvalidOption)
 	}
-	o, err := distlock.ResolveOptions(opts...)
+	o, err := driver.Resolve(driver.Settings{}, "etcd", opts)
 	if err != nil {
 		return nil, err
 	}
-	prefix := distlock.BackendValueOr[string](o, prefixKey{}, DefaultPrefix)
-	loss := distlock.BackendValueOr[bool](o, lossWatchKey{}, true)
+	prefix := driver.BackendValueOr[string](o, prefixKey{}, DefaultPrefix)
+	loss := driver.BackendValueOr[bool](o, lossWatchKey{}, true)
 	life, stop := context.WithCancel(context.Background())
 	return &backend{
 		cli: cli, owns: owns, prefix: prefix, lossWatch: loss,
@@ -183,8 +184,8 @@ func newBackend(cli *clientv3.Client, owns bool, opts []distlock.Option) (*backe
 
 // open serves etcd://host:port[,host:port…]/?prefix=…&dial_timeout=…&loss_watch=…
 // The client it makes belongs to the Locker and is closed by its Close.
-func open(ctx context.Context, u *url.URL, opts ...distlock.Option) (distlock.Locker, error) {
-	q := distlock.NewQuery(u)
+func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backend, error) {
+	q := driver.NewQuery(u)
 	var own []distlock.Option
 	if p, ok := q.String("prefix"); ok {
 		own = append(own, WithPrefix(p))
@@ -215,6 +216,12 @@ func open(ctx context.Context, u *url.URL, opts ...distlock.Option) (distlock.Lo
 		return nil, fmt.Errorf("%w: etcd: no endpoints in %q (want etcd://host:port,host:port/)", distlock.ErrInvalidURL, u.Redacted())
 	}
 	opts = append(own, opts...)
+	if _, err := driver.Resolve(driver.Settings{}, "etcd", opts); err != nil {
+		return nil, err // before dialling
+	}
+	if err := driver.Reachable(ctx, endpoints, dial); err != nil {
+		return nil, err
+	}
 	cfg := clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop()}
 	if u.User != nil {
 		cfg.Username = u.User.Username()
@@ -230,24 +237,21 @@ func open(ctx context.Context, u *url.URL, opts ...distlock.Option) (distlock.Lo
 		_ = cli.Close()
 		return nil, err
 	}
-	l, err := distlock.New(b, opts...) // validates the options; closes b if it fails
-	if err != nil {
-		return nil, err
-	}
 	// The client dials lazily: ask the cluster something (a linearizable
 	// read needs a quorum) so a down cluster fails Open, within its deadline.
 	pctx, cancel := context.WithTimeout(ctx, dial)
 	_, err = cli.Get(pctx, b.prefix, clientv3.WithCountOnly())
 	cancel()
 	if err != nil {
-		_ = l.Close()
-		return nil, fmt.Errorf("etcd: cluster at %v did not answer: %w", endpoints, err)
+		_ = b.Close()
+		return nil, driver.Unavailable(strings.Join(endpoints, ","), err)
 	}
-	return l, nil
+	return b, nil
 }
 
-// backend implements distlock.Backend and distlock.Blocker.
+// backend implements driver.Backend and driver.Blocker.
 type backend struct {
+	driver.NoNotice
 	cli       *clientv3.Client
 	owns      bool // the client was made by open and is closed by Close
 	prefix    string
@@ -436,11 +440,11 @@ func (h *handle) end() {
 // grant builds the Grant of a lock now owned; start is when the round trip
 // (or watch event) that confirmed ownership began (arrived), watchFrom a
 // revision at which the key was known to exist.
-func (b *backend) grant(req distlock.Request, key string, rev, watchFrom int64, l *lease, start time.Time) distlock.Grant {
+func (b *backend) grant(req driver.Request, key string, rev, watchFrom int64, l *lease, start time.Time) driver.Grant {
 	h := &handle{key: key, rev: rev, lease: l, lost: make(chan struct{})}
 	// Zero would mean "the requested TTL" to the portable layer.
 	validity := max(min(req.TTL, l.left(start)), time.Nanosecond)
-	g := distlock.Grant{Token: distlock.Token(rev), Validity: validity, Start: start, Handle: h}
+	g := driver.Grant{Token: distlock.Token(rev), Validity: validity, Start: start, Handle: h}
 	if b.lossWatch && b.watchLoss(h, watchFrom) {
 		g.Lost = h.lost
 	}
@@ -507,10 +511,10 @@ func (b *backend) Guarantees() distlock.Guarantees {
 
 // TryLock creates the key only if nothing is queued for it: one round trip on
 // a recycled lease.
-func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	l, err := b.takeLease(ctx, req.TTL)
 	if err != nil {
-		return distlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	q := b.queue(req.Key)
 	me := q + req.Owner
@@ -522,21 +526,21 @@ func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.G
 	if err != nil {
 		// The put may have happened: the lease is dropped, not recycled, so
 		// the key goes with it.
-		return distlock.Grant{}, fmt.Errorf("etcd: creating %q: %w", me, err)
+		return driver.Grant{}, fmt.Errorf("etcd: creating %q: %w", me, err)
 	}
 	if !resp.Succeeded {
 		b.putSpare(l)
-		return distlock.Grant{}, &distlock.HeldError{Key: req.Key}
+		return driver.Grant{}, &distlock.HeldError{Key: req.Key}
 	}
 	rev := resp.Header.Revision // a one-write txn: the key's CreateRevision
 	return b.grant(req, me, rev, rev+1, l, start), nil
 }
 
 // Lock joins key's queue and waits for its predecessor to go.
-func (b *backend) Lock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+func (b *backend) Lock(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	l, err := b.takeLease(ctx, req.TTL)
 	if err != nil {
-		return distlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	q := b.queue(req.Key)
 	me := q + req.Owner
@@ -551,7 +555,7 @@ func (b *backend) Lock(ctx context.Context, req distlock.Request) (distlock.Gran
 	).Commit()
 	if err != nil {
 		b.abandon(ctx, me, l, err)
-		return distlock.Grant{}, fmt.Errorf("etcd: joining the queue of %q: %w", req.Key, err)
+		return driver.Grant{}, fmt.Errorf("etcd: joining the queue of %q: %w", req.Key, err)
 	}
 	rev := resp.Header.Revision
 	owner := resp.Responses[1].GetResponseRange().GetKvs()
@@ -559,7 +563,7 @@ func (b *backend) Lock(ctx context.Context, req distlock.Request) (distlock.Gran
 	if len(owner) == 0 || len(newest) == 0 || string(newest[0].Key) != me {
 		err := fmt.Errorf("etcd: queue of %q read back without our key", req.Key)
 		b.abandon(ctx, me, l, rpctypes.ErrLeaseNotFound) // do not trust the lease
-		return distlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	if string(owner[0].Key) == me {
 		return b.grant(req, me, rev, rev+1, l, start), nil
@@ -570,7 +574,7 @@ func (b *backend) Lock(ctx context.Context, req distlock.Request) (distlock.Gran
 		if !errors.Is(err, errKeyGone) {
 			b.abandon(ctx, me, l, err)
 		}
-		return distlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	return g, nil
 }
@@ -587,7 +591,7 @@ var errKeyGone = errors.New("etcd: our queue key disappeared while waiting (its 
 
 // wait waits in the queue until we own the lock or ctx ends. It keeps the
 // waiter's lease alive and follows its predecessors until none is left.
-func (b *backend) wait(ctx context.Context, req distlock.Request, q, me string, rev int64, l *lease, pos position) (distlock.Grant, error) {
+func (b *backend) wait(ctx context.Context, req driver.Request, q, me string, rev int64, l *lease, pos position) (driver.Grant, error) {
 	// Renew before a third of the lease has gone, or sooner if a recycled
 	// lease has less left than that.
 	ka := time.NewTimer(min(l.period()/3, l.left(time.Now())/2))
@@ -595,7 +599,7 @@ func (b *backend) wait(ctx context.Context, req distlock.Request, q, me string, 
 	for {
 		next, start, err := b.follow(ctx, q, me, rev, l, pos, ka)
 		if err != nil {
-			return distlock.Grant{}, err
+			return driver.Grant{}, err
 		}
 		if next.owner {
 			return b.owned(ctx, req, me, rev, l, start, next.from)
@@ -728,15 +732,15 @@ func (b *backend) reposition(ctx context.Context, q, me string, rev int64) (posi
 
 // owned finishes a wait that made us the owner: it makes sure the lease has a
 // fair share of its TTL left (renewing it if not) and builds the grant.
-func (b *backend) owned(ctx context.Context, req distlock.Request, me string, rev int64, l *lease, start time.Time, watchFrom int64) (distlock.Grant, error) {
+func (b *backend) owned(ctx context.Context, req driver.Request, me string, rev int64, l *lease, start time.Time, watchFrom int64) (driver.Grant, error) {
 	if l.left(start) < req.TTL/2 {
 		start = time.Now()
 		if err := b.keepAlive(ctx, l); err != nil {
 			if leaseGone(err) {
-				return distlock.Grant{}, errKeyGone
+				return driver.Grant{}, errKeyGone
 			}
 			if l.left(start) <= 0 {
-				return distlock.Grant{}, fmt.Errorf("etcd: confirming the lease of %q: %w", req.Key, err)
+				return driver.Grant{}, fmt.Errorf("etcd: confirming the lease of %q: %w", req.Key, err)
 			}
 		}
 	}
@@ -797,7 +801,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func handleOf(g distlock.Grant) (*handle, error) {
+func handleOf(g driver.Grant) (*handle, error) {
 	h, ok := g.Handle.(*handle)
 	if !ok || h == nil {
 		return nil, fmt.Errorf("%w: etcd: the grant was not made by this backend", distlock.ErrInvalidOption)
@@ -808,7 +812,7 @@ func handleOf(g distlock.Grant) (*handle, error) {
 // Refresh renews the lock's lease (if it does not already cover ttl) and
 // checks the key is still ours. A new TTL moves the key to a lease of that
 // TTL; the key keeps its CreateRevision, so the token does not change.
-func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Duration) (time.Duration, error) {
+func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	h, err := handleOf(g)
 	if err != nil {
 		return 0, err
@@ -868,7 +872,7 @@ func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Durati
 
 // Unlock deletes the key only if it still has its CreateRevision, so a
 // retried release cannot delete anyone else's key; the lease is recycled.
-func (b *backend) Unlock(ctx context.Context, g distlock.Grant) error {
+func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	if g.Handle == nil && g.Owner != "" {
 		return b.unlockAttempt(ctx, g)
 	}
@@ -910,7 +914,7 @@ func (b *backend) Unlock(ctx context.Context, g distlock.Grant) error {
 // unlockAttempt deletes the queue key of a TryLock whose reply was lost. The
 // key's name holds the attempt's owner value, so it cannot be anyone else's;
 // its lease was dropped by TryLock and ends with its TTL.
-func (b *backend) unlockAttempt(ctx context.Context, g distlock.Grant) error {
+func (b *backend) unlockAttempt(ctx context.Context, g driver.Grant) error {
 	me := b.queue(g.Key) + g.Owner
 	resp, err := b.cli.Delete(ctx, me)
 	switch {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/conformance"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -49,18 +50,17 @@ func (b *backend) crash() {
 	}
 }
 
-// crashBackend is conformance.Crashable plus the Blocker method, which the
-// Crashable wrapper does not forward (without it the suite would only test
-// the polling path).
+// crashBackend is conformance.Crashable plus the backend's own crash (its
+// loss watches stop, its connection closes).
 type crashBackend struct {
 	*conformance.Crashable
 	b    *backend
 	dead atomic.Bool
 }
 
-func (c *crashBackend) Lock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+func (c *crashBackend) Lock(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	if c.dead.Load() {
-		return distlock.Grant{}, conformance.ErrCrashed
+		return driver.Grant{}, conformance.ErrCrashed
 	}
 	return c.b.Lock(ctx, req)
 }
@@ -71,8 +71,15 @@ func (c *crashBackend) crash() {
 	c.b.crash()
 }
 
-// pollingBackend hides Lock, so the portable layer waits by polling TryLock.
+// pollingBackend declares no server queue, so the portable layer waits by
+// polling TryLock.
 type pollingBackend struct{ *conformance.Crashable }
+
+func (p pollingBackend) Guarantees() distlock.Guarantees {
+	g := p.Crashable.Guarantees()
+	g.Wait = distlock.WaitPoll
+	return g
+}
 
 // harness runs the suite on endpoints; blocking chooses the native queue
 // (Lock) or the portable layer's polling (TryLock only).
@@ -94,7 +101,7 @@ func harness(t *testing.T, endpoints []string, blocking bool) conformance.Harnes
 				return nil, err
 			}
 			c := &crashBackend{Crashable: conformance.NewCrashable(b), b: b}
-			var wrapped distlock.Backend = c
+			var wrapped driver.Backend = c
 			if !blocking {
 				wrapped = pollingBackend{c.Crashable}
 			}
@@ -714,8 +721,8 @@ func TestOpenDownServer(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("Open took %v with a 500ms deadline", d)
 	}
-	if !strings.Contains(err.Error(), "did not answer") {
-		t.Fatalf("unclear error: %v", err)
+	if !errors.Is(err, distlock.ErrUnavailable) || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("want ErrUnavailable naming the address, got %v", err)
 	}
 }
 

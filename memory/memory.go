@@ -19,14 +19,19 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 func init() {
-	distlock.Register("mem", func(ctx context.Context, u *url.URL, opts ...distlock.Option) (distlock.Locker, error) {
-		if err := distlock.NewQuery(u).Done(); err != nil {
+	driver.Register("mem", func(ctx context.Context, u *url.URL, opts []driver.Option) (driver.Backend, error) {
+		if err := driver.NewQuery(u).Done(); err != nil {
 			return nil, err
 		}
-		return New(append([]distlock.Option{WithStore(Named(u.Host))}, opts...)...)
+		o, err := driver.Resolve(driver.Settings{}, "memory", opts)
+		if err != nil {
+			return nil, err
+		}
+		return NewBackend(driver.BackendValueOr[*Store](o, storeKey{}, Named(u.Host))), nil
 	})
 }
 
@@ -73,23 +78,23 @@ type storeKey struct{}
 // WithStore makes the Locker use s (default: a new private Store).
 func WithStore(s *Store) distlock.Option {
 	if s == nil {
-		return distlock.InvalidOption("memory: nil store")
+		return driver.InvalidOption("memory: nil store")
 	}
-	return distlock.BackendOption(storeKey{}, s)
+	return driver.BackendOption("memory", "WithStore", storeKey{}, s)
 }
 
 // New returns a Locker on an in-process Store.
 func New(opts ...distlock.Option) (distlock.Locker, error) {
-	o, err := distlock.ResolveOptions(opts...)
+	o, err := driver.Resolve(driver.Settings{}, "memory", opts)
 	if err != nil {
 		return nil, err
 	}
-	s := distlock.BackendValueOr[*Store](o, storeKey{}, NewStore())
+	s := driver.BackendValueOr[*Store](o, storeKey{}, NewStore())
 	return distlock.New(NewBackend(s), opts...)
 }
 
 // NewBackend returns the raw Backend on s, for wrapping (tests, middleware).
-func NewBackend(s *Store) distlock.Backend { return &backend{s: s} }
+func NewBackend(s *Store) driver.Backend { return &backend{s: s} }
 
 // ForceExpire drops key's lock as if its TTL had run out, and reports
 // whether it was held. Tests use it to emulate a server-side expiry.
@@ -134,7 +139,10 @@ func (s *Store) freedChan(key string) chan struct{} {
 	return ch
 }
 
-type backend struct{ s *Store }
+type backend struct {
+	driver.NoQueue
+	s *Store
+}
 
 func (b *backend) Guarantees() distlock.Guarantees {
 	return distlock.Guarantees{
@@ -146,22 +154,22 @@ func (b *backend) Guarantees() distlock.Guarantees {
 	}
 }
 
-func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	if err := ctx.Err(); err != nil {
-		return distlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if h := s.locks[req.Key]; h != nil {
-		return distlock.Grant{}, &distlock.HeldError{Key: req.Key, RetryAfter: time.Until(h.expires)}
+		return driver.Grant{}, &distlock.HeldError{Key: req.Key, RetryAfter: time.Until(h.expires)}
 	}
 	s.counters[req.Key]++
 	h := &hold{owner: req.Owner, token: s.counters[req.Key], expires: time.Now().Add(req.TTL), lost: make(chan struct{})}
 	key := req.Key
 	h.timer = time.AfterFunc(req.TTL, func() { s.expire(key, h) })
 	s.locks[key] = h
-	return distlock.Grant{Token: h.token, Lost: h.lost}, nil
+	return driver.Grant{Token: h.token, Lost: h.lost}, nil
 }
 
 // expire is the TTL timer: it drops h unless h was refreshed or replaced.
@@ -174,14 +182,14 @@ func (s *Store) expire(key string, h *hold) {
 }
 
 // owned returns the key's hold if g owns it; s.mu must be held.
-func (s *Store) owned(g distlock.Grant) *hold {
+func (s *Store) owned(g driver.Grant) *hold {
 	if h := s.locks[g.Key]; h != nil && h.owner == g.Owner {
 		return h
 	}
 	return nil
 }
 
-func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Duration) (time.Duration, error) {
+func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -197,7 +205,7 @@ func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Durati
 	return ttl, nil
 }
 
-func (b *backend) Unlock(ctx context.Context, g distlock.Grant) error {
+func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -214,8 +222,8 @@ func (b *backend) Unlock(ctx context.Context, g distlock.Grant) error {
 
 func (b *backend) Close() error { return nil }
 
-// Subscribe implements distlock.Notifier with an in-process notice.
-func (b *backend) Subscribe(ctx context.Context, key string) (distlock.Subscription, error) {
+// Subscribe gives in-process release notices.
+func (b *backend) Subscribe(ctx context.Context, key string) (driver.Subscription, error) {
 	b.s.mu.Lock()
 	defer b.s.mu.Unlock()
 	return &subscription{s: b.s, key: key, ch: b.s.freedChan(key)}, nil

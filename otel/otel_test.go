@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/memory"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -154,13 +155,13 @@ func spanByName(t *testing.T, h *harness, name string) sdktrace.ReadOnlySpan {
 // flaky is a memory backend whose Refresh fails with a server-like error
 // while fail is set.
 type flaky struct {
-	distlock.Backend
+	driver.Backend
 	fail atomic.Bool
 }
 
 var errFlaky = errors.New("injected server error")
 
-func (f *flaky) Refresh(ctx context.Context, g distlock.Grant, ttl time.Duration) (time.Duration, error) {
+func (f *flaky) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	if f.fail.Load() {
 		return 0, errFlaky
 	}

@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // Notifier delivers release notices (the PUBLISH of the release script) to
@@ -35,7 +36,7 @@ import (
 // half-open connection still accepts writes, so only a missing reply shows
 // it is dead.
 //
-// A Notifier implements distlock.Notifier. The backend makes its own; the
+// A Notifier is the release-notice half of driver.Backend. The backend makes its own; the
 // Redlock backend may make one per node with NewNotifier.
 type Notifier struct {
 	client goredis.UniversalClient
@@ -111,8 +112,8 @@ func newNotifier(client goredis.UniversalClient, prefix string, healthEvery, pon
 }
 
 // Subscribe starts collecting release notices for key. It implements
-// distlock.Notifier and does no I/O.
-func (n *Notifier) Subscribe(ctx context.Context, key string) (distlock.Subscription, error) {
+// driver.Backend.Subscribe and does no I/O.
+func (n *Notifier) Subscribe(ctx context.Context, key string) (driver.Subscription, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

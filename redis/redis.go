@@ -73,6 +73,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -80,11 +81,12 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 func init() {
-	distlock.Register("redis", open)
-	distlock.Register("rediss", open)
+	driver.Register("redis", open)
+	driver.Register("rediss", open)
 }
 
 // Errors of this backend, wrapped in the errors it returns.
@@ -105,8 +107,8 @@ var (
 type EvictionCheck int
 
 const (
-	// EvictionWarn (the default) logs a warning: to the WithLogger logger,
-	// or slog.Default() when none is set.
+	// EvictionWarn (the default) logs a warning to the WithLogger logger
+	// (nothing is logged without one).
 	EvictionWarn EvictionCheck = iota
 	// EvictionRefuse makes the constructor fail with ErrEvictionPolicy when
 	// the policy is allkeys-* or cannot be read.
@@ -145,9 +147,9 @@ type waitSetting struct {
 // the hash tag. Lockers that should exclude each other need the same prefix.
 func WithKeyPrefix(prefix string) distlock.Option {
 	if strings.ContainsAny(prefix, "{}") {
-		return distlock.InvalidOption("redis: key prefix %q contains a brace", prefix)
+		return driver.InvalidOption("redis: key prefix %q contains a brace", prefix)
 	}
-	return distlock.BackendOption(prefixKey{}, prefix)
+	return driver.BackendOption("redis", "WithKeyPrefix", prefixKey{}, prefix)
 }
 
 // WithWaitReplicas makes every acquire and refresh wait, with Redis's WAIT,
@@ -158,26 +160,26 @@ func WithKeyPrefix(prefix string) distlock.Option {
 func WithWaitReplicas(n int, timeout time.Duration) distlock.Option {
 	switch {
 	case n < 0:
-		return distlock.InvalidOption("redis: wait for %d replicas", n)
+		return driver.InvalidOption("redis: wait for %d replicas", n)
 	case n > 0 && timeout <= 0:
-		return distlock.InvalidOption("redis: replica wait timeout %v must be positive", timeout)
+		return driver.InvalidOption("redis: replica wait timeout %v must be positive", timeout)
 	}
-	return distlock.BackendOption(waitKey{}, waitSetting{n, timeout})
+	return driver.BackendOption("redis", "WithWaitReplicas", waitKey{}, waitSetting{n, timeout})
 }
 
 // WithEvictionCheck sets what the constructor does about a maxmemory-policy
 // that can evict the token counter (default EvictionWarn).
 func WithEvictionCheck(mode EvictionCheck) distlock.Option {
 	if mode < EvictionWarn || mode > EvictionIgnore {
-		return distlock.InvalidOption("redis: unknown eviction check %d", int(mode))
+		return driver.InvalidOption("redis: unknown eviction check %d", int(mode))
 	}
-	return distlock.BackendOption(evictionKey{}, mode)
+	return driver.BackendOption("redis", "WithEvictionCheck", evictionKey{}, mode)
 }
 
 // WithCloseClient makes Close also close the client (default: the caller
 // owns it). Lockers from distlock.Open always close theirs.
 func WithCloseClient(on bool) distlock.Option {
-	return distlock.BackendOption(closeClientKey{}, on)
+	return driver.BackendOption("redis", "WithCloseClient", closeClientKey{}, on)
 }
 
 // setupTimeout bounds the eviction check of New and NewBackend, which take
@@ -188,38 +190,32 @@ const setupTimeout = 5 * time.Second
 // is given it reads the server's maxmemory-policy once (CONFIG GET, bounded
 // by 5s). Close does not close client unless WithCloseClient(true).
 func New(client goredis.UniversalClient, opts ...distlock.Option) (distlock.Locker, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	defer cancel()
-	return newLocker(ctx, client, opts)
-}
-
-// NewBackend returns the raw Backend on client, for wrapping (tests,
-// middleware) before passing it to distlock.New. It takes the same options
-// as New.
-func NewBackend(client goredis.UniversalClient, opts ...distlock.Option) (distlock.Backend, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	defer cancel()
-	return newBackend(ctx, client, opts)
-}
-
-func newLocker(ctx context.Context, client goredis.UniversalClient, opts []distlock.Option) (distlock.Locker, error) {
-	b, err := newBackend(ctx, client, opts)
+	b, err := NewBackend(client, opts...)
 	if err != nil {
 		return nil, err
 	}
 	return distlock.New(b, opts...) // closes b if it fails
 }
 
+// NewBackend returns the raw Backend on client, for wrapping (tests,
+// middleware) before passing it to distlock.New. It takes the same options
+// as New.
+func NewBackend(client goredis.UniversalClient, opts ...distlock.Option) (driver.Backend, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	return newBackend(ctx, client, opts)
+}
+
 func newBackend(ctx context.Context, client goredis.UniversalClient, opts []distlock.Option) (*backend, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redis: nil client", distlock.ErrInvalidOption)
 	}
-	o, err := distlock.ResolveOptions(opts...)
+	o, err := driver.Resolve(driver.Settings{}, "redis", opts)
 	if err != nil {
 		return nil, err
 	}
-	prefix := distlock.BackendValueOr[string](o, prefixKey{}, DefaultPrefix)
-	wait, _ := distlock.BackendValue[waitSetting](o, waitKey{})
+	prefix := driver.BackendValueOr[string](o, prefixKey{}, DefaultPrefix)
+	wait, _ := driver.BackendValue[waitSetting](o, waitKey{})
 	if wait.n > 0 {
 		switch client.(type) {
 		case *goredis.Client, *goredis.ClusterClient:
@@ -228,11 +224,11 @@ func newBackend(ctx context.Context, client goredis.UniversalClient, opts []dist
 				distlock.ErrInvalidOption, client)
 		}
 	}
-	closeClient, _ := distlock.BackendValue[bool](o, closeClientKey{})
-	mode, _ := distlock.BackendValue[EvictionCheck](o, evictionKey{})
+	closeClient, _ := driver.BackendValue[bool](o, closeClientKey{})
+	mode, _ := driver.BackendValue[EvictionCheck](o, evictionKey{})
 	logger := o.Logger
 	if logger == nil {
-		logger = slog.Default()
+		logger = slog.New(slog.DiscardHandler) // only WithLogger's logger speaks
 	}
 	if err := checkEviction(ctx, client, mode, logger); err != nil {
 		return nil, err
@@ -316,8 +312,9 @@ func checkEviction(ctx context.Context, client goredis.UniversalClient, mode Evi
 	return nil
 }
 
-// backend implements distlock.Backend and distlock.Notifier.
+// backend implements driver.Backend, with release notices.
 type backend struct {
+	driver.NoQueue
 	client      goredis.UniversalClient
 	prefix      string
 	wait        waitSetting
@@ -359,7 +356,7 @@ func (b *backend) Guarantees() distlock.Guarantees {
 	return g
 }
 
-func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	k := KeysFor(b.prefix, req.Key)
 	var (
 		r   AcquireResult
@@ -385,15 +382,15 @@ func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.G
 		r, err = AcquireOn(ctx, b.client, k, req.Owner, req.TTL)
 	}
 	if err != nil {
-		return distlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	if !r.Acquired {
-		return distlock.Grant{}, &distlock.HeldError{Key: req.Key, RetryAfter: max(r.HolderTTL, 0)}
+		return driver.Grant{}, &distlock.HeldError{Key: req.Key, RetryAfter: max(r.HolderTTL, 0)}
 	}
-	return distlock.Grant{Token: r.Token, Handle: &handle{keys: k}}, nil
+	return driver.Grant{Token: r.Token, Handle: &handle{keys: k}}, nil
 }
 
-func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Duration) (time.Duration, error) {
+func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	k := KeysFor(b.prefix, g.Key)
 	var (
 		ok  bool
@@ -419,7 +416,7 @@ func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Durati
 	return ttl, nil
 }
 
-func (b *backend) Unlock(ctx context.Context, g distlock.Grant) error {
+func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	// An attempt given back because its reply was lost (no Handle) may
 	// still be on its way: leave a tombstone so it cannot land afterwards.
 	var tomb time.Duration
@@ -436,8 +433,8 @@ func (b *backend) Unlock(ctx context.Context, g distlock.Grant) error {
 	return nil
 }
 
-// Subscribe implements distlock.Notifier.
-func (b *backend) Subscribe(ctx context.Context, key string) (distlock.Subscription, error) {
+// Subscribe implements driver.Notifier.
+func (b *backend) Subscribe(ctx context.Context, key string) (driver.Subscription, error) {
 	return b.notifier.Subscribe(ctx, key)
 }
 
@@ -515,9 +512,19 @@ func (b *backend) As(target any) bool {
 //	eviction=warn|refuse|ignore   WithEvictionCheck
 //
 // and every go-redis ParseURL parameter (db in the path, dial_timeout, …);
-// anything else is an error.
-func open(ctx context.Context, u *url.URL, opts ...distlock.Option) (distlock.Locker, error) {
-	q := distlock.NewQuery(u)
+// anything else is an error. A URL without a host is ErrInvalidURL. The
+// server must answer a PING within the dial timeout (default 5s, and never
+// past ctx): otherwise Open fails with an error matching ErrUnavailable.
+func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backend, error) {
+	if u.Host == "" || u.Hostname() == "" {
+		return nil, fmt.Errorf("%w: %s://… has no host (want %s://host:6379)", distlock.ErrInvalidURL, u.Scheme, u.Scheme)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n <= 0 || n > 65535 {
+			return nil, fmt.Errorf("%w: bad port %q", distlock.ErrInvalidURL, p)
+		}
+	}
+	q := driver.NewQuery(u)
 	var bopts []distlock.Option
 	if p, ok := q.String("prefix"); ok {
 		bopts = append(bopts, WithKeyPrefix(p))
@@ -545,6 +552,10 @@ func open(ctx context.Context, u *url.URL, opts ...distlock.Option) (distlock.Lo
 	if err := q.Err(); err != nil {
 		return nil, err
 	}
+	opts = append(append(bopts, opts...), WithCloseClient(true))
+	if _, err := driver.Resolve(driver.Settings{}, "redis", opts); err != nil {
+		return nil, err // before dialling
+	}
 	// What is left is go-redis's to read (and to reject if unknown).
 	u2 := *u
 	u2.RawQuery = q.Rest().Encode()
@@ -553,14 +564,20 @@ func open(ctx context.Context, u *url.URL, opts ...distlock.Option) (distlock.Lo
 		return nil, fmt.Errorf("%w: %w", distlock.ErrInvalidURL, err)
 	}
 	copt.ContextTimeoutEnabled = true
+	if copt.DialTimeout <= 0 || copt.DialTimeout > setupTimeout {
+		copt.DialTimeout = setupTimeout
+	}
 	client := goredis.NewClient(copt)
-	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	pctx, cancel := context.WithTimeout(ctx, copt.DialTimeout)
 	defer cancel()
-	opts = append(append(bopts, opts...), WithCloseClient(true))
-	l, err := newLocker(ctx, client, opts)
+	if err := client.Ping(pctx).Err(); err != nil {
+		_ = client.Close()
+		return nil, driver.Unavailable(copt.Addr, err)
+	}
+	b, err := newBackend(pctx, client, opts)
 	if err != nil {
 		_ = client.Close()
 		return nil, err
 	}
-	return l, nil
+	return b, nil
 }

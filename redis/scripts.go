@@ -45,16 +45,20 @@ type Keys struct {
 	Lock    string // the lock: owner value, with a PX expiry
 	Counter string // the fencing-token counter: advanced per grant, never expires
 	Channel string // pub/sub channel of release notices (not a key)
-	Gone    string // tombstone: the owner of a recent release, with a PX expiry
+	Gone    string // prefix of the tombstones of recent releases, one per owner (see GoneFor)
 	Retake  string // Redlock: the nonce of the refresh that last took the lock back
 }
+
+// GoneFor names owner's tombstone: it exists, for about a TTL, once a
+// release of owner ran, so that a late acquire or retake of owner is refused.
+func (k Keys) GoneFor(owner string) string { return k.Gone + ":" + owner }
 
 // KeysFor returns the layout of key under prefix:
 //
 //	<prefix>{<key>}            lock
 //	<prefix>{<key>}:token      token counter
 //	<prefix>{<key>}:released   release channel
-//	<prefix>{<key>}:gone       tombstone of a release (short-lived)
+//	<prefix>{<key>}:gone:<o>   tombstone of owner o's release (short-lived)
 //	<prefix>{<key>}:retake     Redlock's retake marker (short-lived)
 //
 // In the tag, "%" becomes "%25" and "}" becomes "%7D", so a key cannot end
@@ -94,7 +98,7 @@ type AcquireResult struct {
 // attempt), return the counter. When the lock is held it returns the
 // holder's PTTL instead.
 func AcquireOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration) (AcquireResult, error) {
-	v, err := acquireScript.Run(ctx, c, []string{k.Lock, k.Counter, k.Gone}, owner, millis(ttl)).Slice()
+	v, err := acquireScript.Run(ctx, c, []string{k.Lock, k.Counter, k.GoneFor(owner)}, owner, millis(ttl)).Slice()
 	if err != nil {
 		return AcquireResult{}, fmt.Errorf("acquire script: %w", err)
 	}
@@ -136,7 +140,7 @@ func ReleaseOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, to
 	if tombstone > 0 {
 		tomb = strconv.FormatInt(millis(tombstone), 10)
 	}
-	n, err := releaseScript.Run(ctx, c, []string{k.Lock, k.Gone}, owner, k.Channel, tomb).Int64()
+	n, err := releaseScript.Run(ctx, c, []string{k.Lock, k.GoneFor(owner)}, owner, k.Channel, tomb).Int64()
 	if err != nil {
 		return false, fmt.Errorf("release script: %w", err)
 	}
@@ -175,7 +179,7 @@ func ExtendOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl
 	if token < 0 {
 		return 0, errors.New("extend script: negative token")
 	}
-	n, err := extendScript.Run(ctx, c, []string{k.Lock, k.Counter, k.Gone, k.Retake}, owner, millis(ttl),
+	n, err := extendScript.Run(ctx, c, []string{k.Lock, k.Counter, k.GoneFor(owner), k.Retake}, owner, millis(ttl),
 		strconv.FormatInt(int64(token), 10), nonce).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("extend script: %w", err)

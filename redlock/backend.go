@@ -14,18 +14,19 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/redis"
 )
 
-// backend implements distlock.Backend and distlock.Notifier over the nodes.
+// backend implements driver.Backend and driver.Notifier over the nodes.
 type backend struct {
+	driver.NoQueue
 	nodes        []*node
 	prefix       string
 	quorum       int
 	nodeTimeout  time.Duration // 0: defaultNodeTimeout(ttl)
 	closeClients bool
-	driftFactor  float64
-	driftMin     time.Duration
+	settings     driver.Settings // for the drift allowance: the portable layer's formula
 
 	// wg tracks the node calls that outlive the operation that started
 	// them (stragglers and background releases); Close waits for them,
@@ -49,9 +50,25 @@ type handle struct {
 	// unexpired without a break; otherwise a majority was free at some
 	// moment and another client could have held the key.
 	ours []time.Time
+	// oursSeq[i] is the refresh whose answer set ours[i]: an answer of an
+	// older refresh, arriving late, does not overwrite a newer one (a
+	// shorter TTL moves the expiry back).
+	oursSeq []uint64
+	seq     uint64 // refreshes started
 	// calls are the node calls of the last refresh; Unlock waits for them
 	// (bounded by the node timeout) so that none lands after the release.
 	calls map[int]chan struct{}
+}
+
+// learn records node i's answer to refresh seq: the lock ours until
+// until, or (zero) not ours.
+func (h *handle) learn(i int, seq uint64, until time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if seq < h.oursSeq[i] {
+		return
+	}
+	h.ours[i], h.oursSeq[i] = until, seq
 }
 
 func (h *handle) As(target any) bool {
@@ -88,9 +105,7 @@ func (b *backend) timeout(ttl time.Duration) time.Duration {
 	return defaultNodeTimeout(ttl)
 }
 
-func (b *backend) drift(ttl time.Duration) time.Duration {
-	return time.Duration(float64(ttl)*b.driftFactor) + b.driftMin
-}
+func (b *backend) drift(ttl time.Duration) time.Duration { return b.settings.Drift(ttl) }
 
 // reply is one node's answer: ok is the call's yes/no, err a failure to
 // reach or use the node (a timeout included).
@@ -219,7 +234,7 @@ func (b *backend) all() []int {
 	return idx
 }
 
-func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	start := time.Now()
 	k := redis.KeysFor(b.prefix, req.Key)
 	nt := b.timeout(req.TTL)
@@ -253,14 +268,14 @@ func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.G
 		})
 	t1 := gather(ctx, ch, n, b.quorum, deadline(nt))
 
-	fail := func(err error) (distlock.Grant, error) {
+	fail := func(err error) (driver.Grant, error) {
 		decide(false)
 		// Wait for the releases of the nodes that answered (they are
 		// responsive); the silent ones release in the background.
 		for i := range t1.answered {
 			<-dones[i]
 		}
-		return distlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	if t1.ctxErr != nil {
 		return fail(t1.ctxErr)
@@ -289,15 +304,13 @@ func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.G
 	// Phase 2: raise the counters of the quorum to the token. Every node
 	// that accepts, even after the decision, holds the lock until start +
 	// TTL by its clock.
-	h := &handle{keys: k, ours: make([]time.Time, n)}
+	h := &handle{keys: k, ours: make([]time.Time, n), oursSeq: make([]uint64, n)}
 	valid := start.Add(req.TTL - b.drift(req.TTL))
 	ch2, _ := b.fanOut(ctx, t1.yes, nt, func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
 		return redis.RaiseTokenOn(ctx, c, k, req.Owner, token)
 	}, func(r reply) {
 		if r.err == nil && r.ok {
-			h.mu.Lock()
-			h.ours[r.i] = valid
-			h.mu.Unlock()
+			h.learn(r.i, 0, valid)
 		}
 	})
 	t2 := gather(ctx, ch2, len(t1.yes), b.quorum, deadline(nt))
@@ -312,14 +325,11 @@ func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.G
 		return fail(fmt.Errorf("%w: %q: token %d raised on %d of %d nodes (need %d)%s",
 			ErrNoQuorum, req.Key, token, len(t2.yes), n, b.quorum, b.summary(t2)))
 	}
-	if elapsed, valid := time.Since(start), req.TTL-b.drift(req.TTL); elapsed >= valid {
-		return fail(fmt.Errorf("redlock: %q: acquiring took %v, more than the validity %v (TTL minus drift)",
-			req.Key, elapsed, valid))
-	}
 	decide(true)
-	// The portable deadline is start + TTL − drift: every node's lock was
-	// set after start, so it lasts at least that long by the nodes' clocks.
-	return distlock.Grant{Token: token, Start: start, Validity: req.TTL, Handle: h}, nil
+	// The portable layer's deadline is start + TTL − drift (and it gives the
+	// lock back if that has passed already): every node's lock was set
+	// after start, so it lasts at least that long by the nodes' clocks.
+	return driver.Grant{Token: token, Start: start, Validity: req.TTL, Handle: h}, nil
 }
 
 // releaseNode gives node i's lock back after a failed attempt, even when the
@@ -349,7 +359,7 @@ func (b *backend) notAcquired(key string, t tally, results []redis.AcquireResult
 		ErrNoQuorum, key, len(t.answered)-len(t.failed), n, len(t.yes), b.quorum, b.summary(t))
 }
 
-func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Duration) (time.Duration, error) {
+func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	h, ok := g.Handle.(*handle)
 	if !ok {
 		return 0, fmt.Errorf("%w: redlock: the grant was not made by this backend", distlock.ErrInvalidOption)
@@ -361,6 +371,8 @@ func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Durati
 	nonce := newNonce()
 	h.mu.Lock()
 	before := slices.Clone(h.ours) // what was known before this call
+	h.seq++
+	seq := h.seq
 	h.mu.Unlock()
 	results := make([]redis.Extended, n) // written before the reply is sent
 	// Extend where the lock is ours, take it back where it is missing: a
@@ -372,18 +384,13 @@ func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Durati
 		results[i] = r
 		return r != redis.ExtendHeldByOther, err
 	}, func(r reply) {
-		if r.err != nil {
-			return
+		switch {
+		case r.err != nil:
+		case r.ok:
+			h.learn(r.i, seq, valid)
+		default:
+			h.learn(r.i, seq, time.Time{})
 		}
-		h.mu.Lock()
-		if r.ok {
-			if valid.After(h.ours[r.i]) {
-				h.ours[r.i] = valid
-			}
-		} else {
-			h.ours[r.i] = time.Time{}
-		}
-		h.mu.Unlock()
 	})
 	h.mu.Lock()
 	h.calls = dones
@@ -434,9 +441,6 @@ func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Durati
 		return 0, fmt.Errorf("%w: %q: refreshed on %d of %d nodes (need %d)%s",
 			ErrNoQuorum, g.Key, len(t.yes), n, b.quorum, b.summary(t))
 	}
-	if elapsed, valid := time.Since(start), ttl-b.drift(ttl); elapsed >= valid {
-		return 0, fmt.Errorf("redlock: %q: refresh took %v, more than the validity %v", g.Key, elapsed, valid)
-	}
 	// Each node's new expiry was set after start.
 	return ttl, nil
 }
@@ -471,7 +475,7 @@ func (h *handle) settle(ctx context.Context, nt time.Duration) {
 	}
 }
 
-func (b *backend) Unlock(ctx context.Context, g distlock.Grant) error {
+func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	k := redis.KeysFor(b.prefix, g.Key)
 	ttl := g.TTL
 	if ttl <= 0 {
@@ -492,10 +496,10 @@ func (b *backend) Unlock(ctx context.Context, g distlock.Grant) error {
 	// on a slower node.
 	t := gather(ctx, ch, n, 0, deadline(nt))
 	switch {
+	case len(t.yes) >= b.quorum:
+		return nil // freed on a majority: the rest follow or expire
 	case t.ctxErr != nil:
 		return t.ctxErr
-	case len(t.yes) >= b.quorum:
-		return nil
 	case len(t.no) > n-b.quorum:
 		return fmt.Errorf("redlock: %q: not ours on %d of %d nodes: %w", g.Key, len(t.no), n, distlock.ErrNotHeld)
 	}

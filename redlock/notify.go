@@ -8,14 +8,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
-// Subscribe implements distlock.Notifier: it subscribes to key's release
+// Subscribe implements driver.Notifier: it subscribes to key's release
 // notices on every node (no I/O until the first Wait). A release publishes
 // on each node that held the lock, so a notice from any node wakes the
 // waiter.
-func (b *backend) Subscribe(ctx context.Context, key string) (distlock.Subscription, error) {
+func (b *backend) Subscribe(ctx context.Context, key string) (driver.Subscription, error) {
 	s := &subscription{sig: make(chan struct{}, 1)}
 	for i, nd := range b.nodes {
 		ns, err := nd.notifier.Subscribe(ctx, key)
@@ -38,7 +38,7 @@ func (b *backend) Subscribe(ctx context.Context, key string) (distlock.Subscript
 // retry that follows a Wait covers every release before that return, so the
 // burst's other copies are dropped instead of causing a retry each.
 type subscription struct {
-	subs []distlock.Subscription
+	subs []driver.Subscription
 	sig  chan struct{} // a pump has news (holds at most one)
 
 	mu         sync.Mutex

@@ -120,11 +120,12 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/redis"
 )
 
 func init() {
-	distlock.Register("redlock", open)
+	driver.Register("redlock", open)
 }
 
 // ErrNoQuorum is matched by the error of an acquire, refresh or release that
@@ -146,9 +147,9 @@ const MaxNodeTimeout = 10 * time.Second
 // same server use the same keys). It must not contain '{' or '}'.
 func WithKeyPrefix(prefix string) distlock.Option {
 	if strings.ContainsAny(prefix, "{}") {
-		return distlock.InvalidOption("redlock: key prefix %q contains a brace", prefix)
+		return driver.InvalidOption("redlock: key prefix %q contains a brace", prefix)
 	}
-	return distlock.BackendOption(prefixKey{}, prefix)
+	return driver.BackendOption("redlock", "WithKeyPrefix", prefixKey{}, prefix)
 }
 
 // WithNodeTimeout bounds each call to one node (0 < d ≤ MaxNodeTimeout).
@@ -159,15 +160,15 @@ func WithKeyPrefix(prefix string) distlock.Option {
 // it: only failures and stragglers' background calls last this long.
 func WithNodeTimeout(d time.Duration) distlock.Option {
 	if d <= 0 || d > MaxNodeTimeout {
-		return distlock.InvalidOption("redlock: node timeout %v (want 0 < d <= %v)", d, MaxNodeTimeout)
+		return driver.InvalidOption("redlock: node timeout %v (want 0 < d <= %v)", d, MaxNodeTimeout)
 	}
-	return distlock.BackendOption(nodeTimeoutKey{}, d)
+	return driver.BackendOption("redlock", "WithNodeTimeout", nodeTimeoutKey{}, d)
 }
 
 // WithCloseClients makes Close also close the node clients (default: the
 // caller owns them). Lockers from distlock.Open always close theirs.
 func WithCloseClients(on bool) distlock.Option {
-	return distlock.BackendOption(closeClientsKey{}, on)
+	return driver.BackendOption("redlock", "WithCloseClients", closeClientsKey{}, on)
 }
 
 // defaultNodeTimeout is the node timeout for a TTL when none is set.
@@ -194,7 +195,7 @@ func New(clients []goredis.UniversalClient, opts ...distlock.Option) (distlock.L
 // NewBackend returns the raw Backend over clients, for wrapping (tests,
 // middleware) before passing it to distlock.New. It takes the same options
 // as New; pass the drift options to distlock.New as well.
-func NewBackend(clients []goredis.UniversalClient, opts ...distlock.Option) (distlock.Backend, error) {
+func NewBackend(clients []goredis.UniversalClient, opts ...distlock.Option) (driver.Backend, error) {
 	return newBackend(clients, opts)
 }
 
@@ -208,16 +209,16 @@ func newBackend(clients []goredis.UniversalClient, opts []distlock.Option) (*bac
 			return nil, fmt.Errorf("%w: redlock: client %d is nil", distlock.ErrInvalidOption, i)
 		}
 	}
-	o, err := distlock.ResolveOptions(opts...)
+	o, err := driver.Resolve(driver.Defaults(), "redlock", opts)
 	if err != nil {
 		return nil, err
 	}
-	prefix := distlock.BackendValueOr[string](o, prefixKey{}, redis.DefaultPrefix)
-	nt, _ := distlock.BackendValue[time.Duration](o, nodeTimeoutKey{})
-	closeClients, _ := distlock.BackendValue[bool](o, closeClientsKey{})
+	prefix := driver.BackendValueOr[string](o, prefixKey{}, redis.DefaultPrefix)
+	nt, _ := driver.BackendValue[time.Duration](o, nodeTimeoutKey{})
+	closeClients, _ := driver.BackendValue[bool](o, closeClientsKey{})
 	b := &backend{
 		prefix: prefix, quorum: n/2 + 1, nodeTimeout: nt, closeClients: closeClients,
-		driftFactor: o.DriftFactor, driftMin: o.DriftMin,
+		settings: o,
 	}
 	for _, c := range clients {
 		b.nodes = append(b.nodes, &node{client: c, notifier: redis.NewNotifier(c, prefix)})
@@ -237,9 +238,11 @@ type node struct {
 //
 // Parameters: prefix (WithKeyPrefix), node_timeout (WithNodeTimeout),
 // dial_timeout (go-redis's, default 1s); the user, password and db apply to
-// every node. Anything else is an error.
-func open(ctx context.Context, u *url.URL, opts ...distlock.Option) (distlock.Locker, error) {
-	q := distlock.NewQuery(u)
+// every node. Anything else is an error. Open PINGs every node (bounded by
+// the dial timeout and ctx) and fails with an error matching ErrUnavailable,
+// naming the nodes, when fewer than a majority answer.
+func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backend, error) {
+	q := driver.NewQuery(u)
 	var bopts []distlock.Option
 	if p, ok := q.String("prefix"); ok {
 		bopts = append(bopts, WithKeyPrefix(p))
@@ -286,12 +289,51 @@ func open(ctx context.Context, u *url.URL, opts ...distlock.Option) (distlock.Lo
 			DialTimeout: dial, ContextTimeoutEnabled: true,
 		}))
 	}
-	l, err := New(clients, append(append(bopts, opts...), WithCloseClients(true))...)
+	opts = append(append(bopts, opts...), WithCloseClients(true))
+	if _, err := driver.Resolve(driver.Settings{}, "redlock", opts); err != nil {
+		closeAll()
+		return nil, err // before dialling
+	}
+	if err := pingQuorum(ctx, clients, dial); err != nil {
+		closeAll()
+		return nil, err
+	}
+	b, err := newBackend(clients, opts)
 	if err != nil {
 		closeAll()
 		return nil, err
 	}
-	return l, nil
+	return b, nil
+}
+
+// pingQuorum checks that a majority of the nodes answer a PING within dial.
+func pingQuorum(ctx context.Context, clients []goredis.UniversalClient, dial time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, dial)
+	defer cancel()
+	errs := make([]error, len(clients))
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.Ping(ctx).Err()
+		}()
+	}
+	wg.Wait()
+	var failed []error
+	var addrs []string
+	for i, err := range errs {
+		if err != nil {
+			addr := clients[i].(*goredis.Client).Options().Addr
+			addrs = append(addrs, addr)
+			failed = append(failed, fmt.Errorf("%s: %w", addr, err))
+		}
+	}
+	if len(failed) > len(clients)/2 {
+		return driver.Unavailable(strings.Join(addrs, ","),
+			fmt.Errorf("%d of %d nodes did not answer: %w", len(failed), len(clients), errors.Join(failed...)))
+	}
+	return nil
 }
 
 // closeNodes stops the notifiers and, with WithCloseClients, the clients.

@@ -12,6 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // node is a lock znode this backend created; it is the Grant's Handle.
@@ -46,27 +47,27 @@ func (n *node) As(target any) bool {
 
 // TryLock joins the key's queue and, unless it is first, leaves it again at
 // once: nothing stays behind when the key is held.
-func (b *backend) TryLock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	return b.acquire(ctx, req, false)
 }
 
 // Lock joins the key's queue and waits, watching only its predecessor,
 // until it is first or ctx ends; then it deletes its znode before returning.
-func (b *backend) Lock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
+func (b *backend) Lock(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	return b.acquire(ctx, req, true)
 }
 
-func (b *backend) acquire(ctx context.Context, req distlock.Request, wait bool) (distlock.Grant, error) {
+func (b *backend) acquire(ctx context.Context, req driver.Request, wait bool) (driver.Grant, error) {
 	conn := b.conn.Load()
 	dir := b.base + "/" + escapeKey(req.Key)
 	n, stat, err := b.enqueue(ctx, conn, dir, req.Owner)
 	if err != nil {
-		return distlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	g, err := b.await(ctx, conn, req.Key, n, stat, wait)
 	if err != nil {
 		b.dequeue(ctx, conn, n)
-		return distlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	return g, nil
 }
@@ -193,40 +194,40 @@ func (b *backend) look(conn *zk.Conn, dir, path string) *firstLook {
 
 // await waits until our znode is the lowest in the directory (or, for a
 // try, checks once).
-func (b *backend) await(ctx context.Context, conn *zk.Conn, key string, n *node, look *firstLook, wait bool) (distlock.Grant, error) {
+func (b *backend) await(ctx context.Context, conn *zk.Conn, key string, n *node, look *firstLook, wait bool) (driver.Grant, error) {
 	if err := ctx.Err(); err != nil {
-		return distlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	switch {
 	case look.childErr != nil:
-		return distlock.Grant{}, fmt.Errorf("zookeeper: list %s: %w", n.dir, look.childErr)
+		return driver.Grant{}, fmt.Errorf("zookeeper: list %s: %w", n.dir, look.childErr)
 	case look.statErr != nil:
-		return distlock.Grant{}, fmt.Errorf("zookeeper: stat %s: %w", n.path, look.statErr)
+		return driver.Grant{}, fmt.Errorf("zookeeper: stat %s: %w", n.path, look.statErr)
 	case !look.exists:
-		return distlock.Grant{}, fmt.Errorf("zookeeper: %s vanished after its create: %w", n.path, errSessionLost)
+		return driver.Grant{}, fmt.Errorf("zookeeper: %s vanished after its create: %w", n.path, errSessionLost)
 	}
 	n.czxid, n.version, n.session = look.czxid, look.version, look.session
 	n.epoch = b.sess.epochFor(n.session)
 	if n.epoch == nil {
-		return distlock.Grant{}, fmt.Errorf("zookeeper: %s belongs to session %#x: %w", n.path, n.session, errSessionLost)
+		return driver.Grant{}, fmt.Errorf("zookeeper: %s belongs to session %#x: %w", n.path, n.session, errSessionLost)
 	}
 	children, start, err := look.children, look.listStart, look.childErr
 	for {
 		if err != nil {
-			return distlock.Grant{}, fmt.Errorf("zookeeper: list %s: %w", n.dir, err)
+			return driver.Grant{}, fmt.Errorf("zookeeper: list %s: %w", n.dir, err)
 		}
 		found, pred := position(children, n)
 		if !found {
-			return distlock.Grant{}, fmt.Errorf("zookeeper: %s is gone: %w", n.path, errSessionLost)
+			return driver.Grant{}, fmt.Errorf("zookeeper: %s is gone: %w", n.path, errSessionLost)
 		}
 		if pred == "" {
 			if !b.sess.hold(n) {
-				return distlock.Grant{}, errSessionLost
+				return driver.Grant{}, errSessionLost
 			}
-			return distlock.Grant{Token: distlock.Token(n.czxid), Start: start, Lost: n.epoch.lost, Handle: n}, nil
+			return driver.Grant{Token: distlock.Token(n.czxid), Start: start, Lost: n.epoch.lost, Handle: n}, nil
 		}
 		if !wait {
-			return distlock.Grant{}, &distlock.HeldError{Key: key}
+			return driver.Grant{}, &distlock.HeldError{Key: key}
 		}
 		type watch struct {
 			exists bool
@@ -238,21 +239,21 @@ func (b *backend) await(ctx context.Context, conn *zk.Conn, key string, n *node,
 		})
 		if err != nil {
 			if ctx.Err() != nil {
-				return distlock.Grant{}, ctx.Err()
+				return driver.Grant{}, ctx.Err()
 			}
-			return distlock.Grant{}, fmt.Errorf("zookeeper: watch %s/%s: %w", n.dir, pred, err)
+			return driver.Grant{}, fmt.Errorf("zookeeper: watch %s/%s: %w", n.dir, pred, err)
 		}
 		if w.exists {
 			select {
 			case ev := <-w.ch:
 				b.watchFires.Add(1)
 				if ev.Err != nil {
-					return distlock.Grant{}, fmt.Errorf("zookeeper: watch on %s/%s: %w", n.dir, pred, ev.Err)
+					return driver.Grant{}, fmt.Errorf("zookeeper: watch on %s/%s: %w", n.dir, pred, ev.Err)
 				}
 			case <-ctx.Done():
-				return distlock.Grant{}, ctx.Err()
+				return driver.Grant{}, ctx.Err()
 			case <-n.epoch.lost:
-				return distlock.Grant{}, errSessionLost
+				return driver.Grant{}, errSessionLost
 			}
 		}
 		start = time.Now()
@@ -261,7 +262,7 @@ func (b *backend) await(ctx context.Context, conn *zk.Conn, key string, n *node,
 			return c, err
 		})
 		if err != nil && ctx.Err() != nil {
-			return distlock.Grant{}, ctx.Err()
+			return driver.Grant{}, ctx.Err()
 		}
 	}
 }
@@ -279,7 +280,7 @@ func (b *backend) dequeue(ctx context.Context, conn *zk.Conn, n *node) {
 
 // Refresh confirms our znode still exists: the lock lives as long as the
 // session, so there is nothing to extend on the server.
-func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Duration) (time.Duration, error) {
+func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	n, ok := g.Handle.(*node)
 	if !ok {
 		return 0, fmt.Errorf("zookeeper: grant of another backend (%T)", g.Handle)
@@ -313,7 +314,7 @@ func (b *backend) Refresh(ctx context.Context, g distlock.Grant, ttl time.Durati
 }
 
 // Unlock deletes our znode, at the version it was created with.
-func (b *backend) Unlock(ctx context.Context, g distlock.Grant) error {
+func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	n, ok := g.Handle.(*node)
 	if !ok && g.Handle == nil && g.Owner != "" {
 		// An attempt whose outcome was unknown: acquire has already handed

@@ -167,15 +167,16 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 func init() {
-	distlock.Register("zk", openURL)
+	driver.Register("zk", openURL)
 }
 
 // openURL implements zk://host:port,host:port/base/path?session_timeout=10s.
-func openURL(ctx context.Context, u *url.URL, opts ...distlock.Option) (distlock.Locker, error) {
-	q := distlock.NewQuery(u)
+func openURL(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backend, error) {
+	q := driver.NewQuery(u)
 	var urlOpts []distlock.Option
 	if d, ok := q.Duration("session_timeout"); ok {
 		urlOpts = append(urlOpts, WithSessionTimeout(d))
@@ -192,13 +193,20 @@ func openURL(ctx context.Context, u *url.URL, opts ...distlock.Option) (distlock
 	if u.Path != "" && u.Path != "/" {
 		urlOpts = append(urlOpts, WithBasePath(strings.TrimSuffix(u.Path, "/")))
 	}
-	return Dial(ctx, strings.Split(u.Host, ","), append(urlOpts, opts...)...)
+	servers := strings.Split(u.Host, ",")
+	if err := driver.Reachable(ctx, servers, ConnectTimeout); err != nil {
+		return nil, err
+	}
+	return DialBackend(ctx, servers, append(urlOpts, opts...)...)
 }
 
 // Defaults.
 const (
 	// DefaultBasePath is the znode under which locks live.
 	DefaultBasePath = "/distlock"
+	// ConnectTimeout bounds how long Dial waits for a first session
+	// (within its ctx) before failing with ErrUnavailable.
+	ConnectTimeout = 5 * time.Second
 	// DefaultSessionTimeout is the session timeout Dial asks for.
 	DefaultSessionTimeout = 10 * time.Second
 )
@@ -221,9 +229,9 @@ type (
 // disconnect grace.
 func WithSessionTimeout(d time.Duration) distlock.Option {
 	if d <= 0 || d > distlock.MaxTTL {
-		return distlock.InvalidOption("zookeeper: session timeout %v out of range", d)
+		return driver.InvalidOption("zookeeper: session timeout %v out of range", d)
 	}
-	return distlock.BackendOption(sessionTimeoutKey{}, d)
+	return driver.BackendOption("zookeeper", "WithSessionTimeout", sessionTimeoutKey{}, d)
 }
 
 // WithDisconnectGrace sets how long after a disconnection the session's
@@ -237,9 +245,9 @@ func WithSessionTimeout(d time.Duration) distlock.Option {
 // less the link's round trip. See the package documentation for why.
 func WithDisconnectGrace(d time.Duration) distlock.Option {
 	if d < 0 {
-		return distlock.InvalidOption("zookeeper: disconnect grace %v is negative", d)
+		return driver.InvalidOption("zookeeper: disconnect grace %v is negative", d)
 	}
-	return distlock.BackendOption(graceKey{}, d)
+	return driver.BackendOption("zookeeper", "WithDisconnectGrace", graceKey{}, d)
 }
 
 // WithBasePath sets the znode under which locks live (default "/distlock"):
@@ -247,9 +255,9 @@ func WithDisconnectGrace(d time.Duration) distlock.Option {
 // ancestors are created as persistent znodes.
 func WithBasePath(p string) distlock.Option {
 	if err := validBase(p); err != nil {
-		return distlock.InvalidOption("zookeeper: base path %q: %v", p, err)
+		return driver.InvalidOption("zookeeper: base path %q: %v", p, err)
 	}
-	return distlock.BackendOption(basePathKey{}, p)
+	return driver.BackendOption("zookeeper", "WithBasePath", basePathKey{}, p)
 }
 
 // WithEvents hands New the event channel that zk.Connect returned with the
@@ -257,9 +265,9 @@ func WithBasePath(p string) distlock.Option {
 // of disconnections and session expiry, which close lost leases' Done.
 func WithEvents(ch <-chan zk.Event) distlock.Option {
 	if ch == nil {
-		return distlock.InvalidOption("zookeeper: nil event channel")
+		return driver.InvalidOption("zookeeper: nil event channel")
 	}
-	return distlock.BackendOption(eventsKey{}, ch)
+	return driver.BackendOption("zookeeper", "WithEvents", eventsKey{}, ch)
 }
 
 // WithConnOptions passes options such as zk.WithLogger or zk.WithDialer to
@@ -270,19 +278,19 @@ func WithEvents(ch <-chan zk.Event) distlock.Option {
 func WithConnOptions(opts ...func(*zk.Conn)) distlock.Option {
 	for _, o := range opts {
 		if o == nil {
-			return distlock.InvalidOption("zookeeper: nil connection option")
+			return driver.InvalidOption("zookeeper: nil connection option")
 		}
 	}
-	return distlock.BackendOption(connOptionsKey{}, opts)
+	return driver.BackendOption("zookeeper", "WithConnOptions", connOptionsKey{}, opts)
 }
 
 // WithACL sets the ACL of the znodes the Locker creates (default
 // zk.WorldACL(zk.PermAll)).
 func WithACL(acl []zk.ACL) distlock.Option {
 	if len(acl) == 0 {
-		return distlock.InvalidOption("zookeeper: empty ACL")
+		return driver.InvalidOption("zookeeper: empty ACL")
 	}
-	return distlock.BackendOption(aclKey{}, acl)
+	return driver.BackendOption("zookeeper", "WithACL", aclKey{}, acl)
 }
 
 // WithEnsembleSize declares how many servers the ensemble has, for
@@ -290,9 +298,9 @@ func WithACL(acl []zk.ACL) distlock.Option {
 // default; New assumes a standalone server unless told.
 func WithEnsembleSize(n int) distlock.Option {
 	if n < 1 {
-		return distlock.InvalidOption("zookeeper: ensemble size %d", n)
+		return driver.InvalidOption("zookeeper: ensemble size %d", n)
 	}
-	return distlock.BackendOption(ensembleSizeKey{}, n)
+	return driver.BackendOption("zookeeper", "WithEnsembleSize", ensembleSizeKey{}, n)
 }
 
 // Dial connects to the servers (host:port each), waits for a session until
@@ -319,7 +327,7 @@ func New(conn *zk.Conn, opts ...distlock.Option) (distlock.Locker, error) {
 }
 
 // DialBackend is Dial's raw Backend, for wrapping (tests, middleware).
-func DialBackend(ctx context.Context, servers []string, opts ...distlock.Option) (distlock.Backend, error) {
+func DialBackend(ctx context.Context, servers []string, opts ...distlock.Option) (driver.Backend, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", distlock.ErrInvalidOption)
 	}
@@ -331,15 +339,15 @@ func DialBackend(ctx context.Context, servers []string, opts ...distlock.Option)
 			return nil, fmt.Errorf("%w: zookeeper: bad server address %q", distlock.ErrInvalidOption, s)
 		}
 	}
-	o, err := distlock.ResolveOptions(opts...)
+	o, err := driver.Resolve(driver.Settings{}, "zookeeper", opts)
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := distlock.BackendValue[<-chan zk.Event](o, eventsKey{}); ok {
+	if _, ok := driver.BackendValue[<-chan zk.Event](o, eventsKey{}); ok {
 		return nil, fmt.Errorf("%w: zookeeper: WithEvents is for New; Dial receives the events itself", distlock.ErrInvalidOption)
 	}
 	timeout := DefaultSessionTimeout
-	if d, ok := distlock.BackendValue[time.Duration](o, sessionTimeoutKey{}); ok {
+	if d, ok := driver.BackendValue[time.Duration](o, sessionTimeoutKey{}); ok {
 		timeout = d
 	}
 	b := newBackend(o, timeout, true, len(servers))
@@ -347,9 +355,17 @@ func DialBackend(ctx context.Context, servers []string, opts ...distlock.Option)
 
 	// The link's dialer goes first: a caller's zk.WithDialer replaces it,
 	// which is noticed below.
+	var dialErr atomic.Value // the last failed dial, for Open's error
+	dial := func(network, addr string, d time.Duration) (net.Conn, error) {
+		c, err := net.DialTimeout(network, addr, d)
+		if err != nil {
+			dialErr.Store(err)
+		}
+		return c, err
+	}
 	connOpts := []func(*zk.Conn){zk.WithLogger(zkLogger{o.Logger}), zk.WithLogInfo(false),
-		zk.WithDialer(b.link.dialer(net.DialTimeout))}
-	if extra, ok := distlock.BackendValue[[]func(*zk.Conn)](o, connOptionsKey{}); ok {
+		zk.WithDialer(b.link.dialer(dial))}
+	if extra, ok := driver.BackendValue[[]func(*zk.Conn)](o, connOptionsKey{}); ok {
 		connOpts = append(connOpts, extra...)
 	}
 	// Last, so a caller's option cannot unhook the backend from its session.
@@ -367,12 +383,18 @@ func DialBackend(ctx context.Context, servers []string, opts ...distlock.Option)
 		b.quitOnce.Do(func() { close(b.quit); b.endLife() })
 		b.sess.stop()
 	}
+	wait, cancel := context.WithTimeout(ctx, ConnectTimeout)
+	defer cancel()
 	select {
 	case <-b.firstSession:
-	case <-ctx.Done():
+	case <-wait.Done():
 		abort()
 		go conn.Close() // may wait a second for a closeSession that cannot be sent
-		return nil, fmt.Errorf("zookeeper: no session with %s: %w", strings.Join(servers, ","), ctx.Err())
+		cause := error(fmt.Errorf("no session within %v: %w", ConnectTimeout, wait.Err()))
+		if err, ok := dialErr.Load().(error); ok {
+			cause = fmt.Errorf("%w (last dial: %w)", cause, err)
+		}
+		return nil, driver.Unavailable(strings.Join(servers, ","), cause)
 	}
 	// The first session's connect response passed through the link before
 	// the event that closed firstSession, unless another dialer made it.
@@ -396,26 +418,26 @@ func DialBackend(ctx context.Context, servers []string, opts ...distlock.Option)
 }
 
 // NewBackend is New's raw Backend, for wrapping (tests, middleware).
-func NewBackend(conn *zk.Conn, opts ...distlock.Option) (distlock.Backend, error) {
+func NewBackend(conn *zk.Conn, opts ...distlock.Option) (driver.Backend, error) {
 	if conn == nil {
 		return nil, fmt.Errorf("%w: zookeeper: nil *zk.Conn", distlock.ErrInvalidOption)
 	}
-	o, err := distlock.ResolveOptions(opts...)
+	o, err := driver.Resolve(driver.Settings{}, "zookeeper", opts)
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := distlock.BackendValue[[]func(*zk.Conn)](o, connOptionsKey{}); ok {
+	if _, ok := driver.BackendValue[[]func(*zk.Conn)](o, connOptionsKey{}); ok {
 		return nil, fmt.Errorf("%w: zookeeper: WithConnOptions is for Dial; New uses the caller's connection", distlock.ErrInvalidOption)
 	}
-	timeout, _ := distlock.BackendValue[time.Duration](o, sessionTimeoutKey{}) // 0: unknown
+	timeout, _ := driver.BackendValue[time.Duration](o, sessionTimeoutKey{}) // 0: unknown
 	size := 1
-	if n, ok := distlock.BackendValue[int](o, ensembleSizeKey{}); ok {
+	if n, ok := driver.BackendValue[int](o, ensembleSizeKey{}); ok {
 		size = n
 	}
 	// The disconnect event comes 2T/3 after the server's last reply on a
 	// silent link, so a grace of T/3 or more lets the server expire the
 	// session first; without T no grace can be shown safe.
-	if g, ok := distlock.BackendValue[time.Duration](o, graceKey{}); ok && g > 0 {
+	if g, ok := driver.BackendValue[time.Duration](o, graceKey{}); ok && g > 0 {
 		if timeout == 0 {
 			return nil, fmt.Errorf("%w: zookeeper: New with a disconnect grace needs WithSessionTimeout (the timeout the server granted)", distlock.ErrInvalidOption)
 		}
@@ -426,7 +448,7 @@ func NewBackend(conn *zk.Conn, opts ...distlock.Option) (distlock.Backend, error
 	}
 	b := newBackend(o, timeout, false, size)
 	b.setConn(conn)
-	if ch, ok := distlock.BackendValue[<-chan zk.Event](o, eventsKey{}); ok {
+	if ch, ok := driver.BackendValue[<-chan zk.Event](o, eventsKey{}); ok {
 		b.wg.Add(1)
 		go b.drain(ch)
 	}
@@ -434,8 +456,9 @@ func NewBackend(conn *zk.Conn, opts ...distlock.Option) (distlock.Backend, error
 	return b, nil
 }
 
-// backend implements distlock.Backend and distlock.Blocker.
+// backend implements driver.Backend, with a server-side queue (Lock).
 type backend struct {
+	driver.NoNotice
 	conn    atomic.Pointer[zk.Conn]
 	owned   bool // Dial made conn, so Close closes it
 	base    string
@@ -465,7 +488,7 @@ type backend struct {
 	watchFires atomic.Int64
 }
 
-func newBackend(o distlock.Options, timeout time.Duration, owned bool, ensemble int) *backend {
+func newBackend(o driver.Settings, timeout time.Duration, owned bool, ensemble int) *backend {
 	b := &backend{
 		owned:        owned,
 		base:         DefaultBasePath,
@@ -476,16 +499,16 @@ func newBackend(o distlock.Options, timeout time.Duration, owned bool, ensemble 
 		quit:         make(chan struct{}),
 	}
 	b.life, b.endLife = context.WithCancel(context.Background())
-	if p, ok := distlock.BackendValue[string](o, basePathKey{}); ok {
+	if p, ok := driver.BackendValue[string](o, basePathKey{}); ok {
 		b.base = p
 	}
-	if acl, ok := distlock.BackendValue[[]zk.ACL](o, aclKey{}); ok {
+	if acl, ok := driver.BackendValue[[]zk.ACL](o, aclKey{}); ok {
 		b.acl = acl
 	}
-	if d, ok := distlock.BackendValue[time.Duration](o, graceKey{}); ok {
+	if d, ok := driver.BackendValue[time.Duration](o, graceKey{}); ok {
 		b.grace, b.graceSet = d, true
 	}
-	if n, ok := distlock.BackendValue[int](o, ensembleSizeKey{}); ok {
+	if n, ok := driver.BackendValue[int](o, ensembleSizeKey{}); ok {
 		ensemble = n
 	}
 	b.sess.init(b)

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/conformance"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
 )
 
@@ -50,20 +50,6 @@ func adminConn(t testing.TB, servers ...string) *zk.Conn {
 	return c
 }
 
-// crashBlocker puts back the Blocker that conformance.Crashable hides.
-type crashBlocker struct {
-	*conformance.Crashable
-	blocker distlock.Blocker
-	crashed atomic.Bool
-}
-
-func (c *crashBlocker) Lock(ctx context.Context, req distlock.Request) (distlock.Grant, error) {
-	if c.crashed.Load() {
-		return distlock.Grant{}, conformance.ErrCrashed
-	}
-	return c.blocker.Lock(ctx, req)
-}
-
 // zkHarness drives the conformance suite against one standalone server.
 // Each Locker talks to it through its own relay, so that Crash can sever
 // that Locker's TCP connection without a closeSession, and ForceExpire can
@@ -75,14 +61,13 @@ type zkHarness struct {
 	book  sessionBook
 	reg   conformance.CrashRegistry
 
-	mu      sync.Mutex
-	wrapped map[distlock.Locker]*crashBlocker
-	relays  map[distlock.Locker]*relay
+	mu     sync.Mutex
+	relays map[distlock.Locker]*relay
 }
 
 func newHarness(t *testing.T, srv *testserver.Server) *zkHarness {
 	return &zkHarness{t: t, srv: srv, admin: adminConn(t, srv.Addr()),
-		wrapped: map[distlock.Locker]*crashBlocker{}, relays: map[distlock.Locker]*relay{}}
+		relays: map[distlock.Locker]*relay{}}
 }
 
 func (h *zkHarness) harness() conformance.Harness {
@@ -100,14 +85,14 @@ func (h *zkHarness) newLocker(ctx context.Context, opts ...distlock.Option) (dis
 	if err != nil {
 		return nil, err
 	}
-	cb := &crashBlocker{Crashable: conformance.NewCrashable(b), blocker: b.(distlock.Blocker)}
+	cb := conformance.NewCrashable(b) // keeps the server queue (Lock)
 	l, err := distlock.New(cb, opts...)
 	if err != nil {
 		return nil, err
 	}
-	h.reg.Add(l, cb.Crashable)
+	h.reg.Add(l, cb)
 	h.mu.Lock()
-	h.wrapped[l], h.relays[l] = cb, r
+	h.relays[l] = r
 	h.mu.Unlock()
 	return l, nil
 }
@@ -117,9 +102,8 @@ func (h *zkHarness) crash(ctx context.Context, l distlock.Locker) error {
 		return err
 	}
 	h.mu.Lock()
-	cb, r := h.wrapped[l], h.relays[l]
+	r := h.relays[l]
 	h.mu.Unlock()
-	cb.crashed.Store(true)
 	r.cut()
 	return nil
 }
@@ -435,7 +419,7 @@ func testLostCreateReply(t *testing.T, h *zkHarness) {
 	r.setSwallow(true)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := vb.Lock(ctx, distlock.Request{Key: key, TTL: time.Minute, Owner: "0123456789abcdef0123456789abcdef"})
+		_, err := vb.Lock(ctx, driver.Request{Key: key, TTL: time.Minute, Owner: "0123456789abcdef0123456789abcdef"})
 		errc <- err
 	}()
 	waitFor(t, "the victim's znode to be created", func() bool { return len(children(t, h.admin, key)) == 2 })

@@ -1,6 +1,6 @@
 -- Take a lock and hand out its fencing token, in one round trip.
 -- KEYS[1] lock key, KEYS[2] token counter (same hash slot, never expires),
--- KEYS[3] tombstone key (the owner of a recent release, see release.lua)
+-- KEYS[3] this owner's tombstone key (set by a release of it, see release.lua)
 -- ARGV[1] owner value (unique to the attempt), ARGV[2] TTL in milliseconds
 -- The token is max(counter + 1, the server's TIME in µs): a node restarted
 -- without its counter, from an older snapshot, or a promoted replica whose
@@ -17,7 +17,7 @@ end
 if cur then
   return {0, redis.call('PTTL', KEYS[1])}
 end
-if redis.call('GET', KEYS[3]) == ARGV[1] then
+if redis.call('EXISTS', KEYS[3]) == 1 then
   -- This attempt was given back already: a late copy of it must not take
   -- the lock for nobody.
   return {0, 0}

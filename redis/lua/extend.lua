@@ -1,7 +1,7 @@
 -- Redlock refresh that repairs: extend our lock, or take it back where it is
 -- missing (the node restarted without it, or it expired there), so a held
 -- lease keeps a majority while a minority of nodes fails and returns.
--- KEYS[1] lock key, KEYS[2] token counter, KEYS[3] tombstone key,
+-- KEYS[1] lock key, KEYS[2] token counter, KEYS[3] the owner's tombstone key,
 -- KEYS[4] retake marker
 -- ARGV[1] owner value, ARGV[2] TTL in milliseconds, ARGV[3] the lease's
 -- token (decimal), ARGV[4] a nonce unique to this refresh
@@ -18,7 +18,7 @@ if cur == ARGV[1] then
   end
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-if cur or redis.call('GET', KEYS[3]) == ARGV[1] then
+if cur or redis.call('EXISTS', KEYS[3]) == 1 then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])

@@ -1,14 +1,15 @@
 -- Release a lock, only if it is still ours, and wake the waiters.
--- KEYS[1] lock key, KEYS[2] tombstone key
+-- KEYS[1] lock key, KEYS[2] the owner's tombstone key
 -- ARGV[1] owner value, ARGV[2] release-notice channel, ARGV[3] tombstone
 -- TTL in milliseconds, or '0' for none
 -- With a tombstone, the owner is remembered as released (even where the
--- lock is not there yet) for that long, so that a request of this owner
+-- lock is not there yet) for that long, in a key of its own (so another
+-- owner's release cannot overwrite it), so that a request of this owner
 -- still on its way (a straggling acquire or refresh) cannot set the lock
 -- again after the release.
 -- Returns 1 when released, 0 when the key is gone or someone else's.
 if ARGV[3] ~= '0' then
-  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])

@@ -1,0 +1,120 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Backend is one lock service. Each method is one attempt, usually one round
+// trip.
+//
+// A backend must not keep a lock alive on its own: a lock that is not
+// refreshed ends on the server when its TTL runs out (or, for session-bound
+// backends, when the session ends), so a crashed or stalled holder cannot
+// block a key for longer.
+//
+// Errors: TryLock and Lock return an error matching ErrNotAcquired (ideally
+// a *HeldError carrying the holder's remaining time) when the key is held;
+// Refresh and Unlock return one matching ErrNotHeld when the key is no
+// longer the grant's. Any other error is a failure to reach or use the
+// server; one that means the server could not be reached at all should
+// match ErrUnavailable.
+type Backend interface {
+	// TryLock takes req.Key for req.TTL if nobody holds it, storing
+	// req.Owner as proof of ownership, and returns the Grant with a fencing
+	// token larger than every token handed out before for that key.
+	TryLock(ctx context.Context, req Request) (Grant, error)
+
+	// Lock waits in the server's own queue until req is granted or ctx
+	// ends; backends whose Guarantees().Wait is not WaitQueue return
+	// ErrUnsupported (embed [NoQueue]). When ctx ends it must leave nothing
+	// behind (its queue entry deleted) and return an error matching
+	// ctx.Err().
+	Lock(ctx context.Context, req Request) (Grant, error)
+
+	// Subscribe starts a stream of release notices for key; backends whose
+	// Guarantees().Wait is not WaitNotify return ErrUnsupported (embed
+	// [NoNotice]). The portable layer subscribes before its first attempt,
+	// so a release between a failed attempt and the wait is not missed, and
+	// still polls, bounded by the holder's remaining TTL, in case a notice
+	// is lost.
+	Subscribe(ctx context.Context, key string) (Subscription, error)
+
+	// Refresh extends the grant's lock to ttl from now and returns the
+	// validity it may count on, measured from the start of the call
+	// (usually ttl).
+	Refresh(ctx context.Context, g Grant, ttl time.Duration) (time.Duration, error)
+
+	// Unlock releases the grant's lock only if it still owns it. It is
+	// also called with a Grant holding only Key, Owner and TTL (no Token,
+	// no Handle) for a TryLock whose outcome is unknown (a timeout, a reset
+	// connection): it must then free whatever that attempt may have taken,
+	// owner-checked, or return ErrNotHeld if there is nothing (or if the
+	// backend cleans such attempts up itself). The portable layer repeats
+	// that call, with back-off, within the release timeout.
+	Unlock(ctx context.Context, g Grant) error
+
+	// Guarantees describes the backend.
+	Guarantees() Guarantees
+
+	// Close releases the backend's resources (not the locks: the portable
+	// layer has released them by then).
+	Close() error
+}
+
+// ErrUnsupported is returned by a capability the backend does not have
+// (Lock without a server queue, Subscribe without notices).
+var ErrUnsupported = errors.New("distlock/driver: not supported by this backend")
+
+// NoQueue is embedded by backends without a server-side queue.
+type NoQueue struct{}
+
+// Lock returns ErrUnsupported.
+func (NoQueue) Lock(context.Context, Request) (Grant, error) { return Grant{}, ErrUnsupported }
+
+// NoNotice is embedded by backends without release notices.
+type NoNotice struct{}
+
+// Subscribe returns ErrUnsupported.
+func (NoNotice) Subscribe(context.Context, string) (Subscription, error) {
+	return nil, ErrUnsupported
+}
+
+// Request is one attempt to take a key.
+type Request struct {
+	Key   string
+	TTL   time.Duration
+	Owner string // random, unique to this attempt; the backend's ownership proof
+}
+
+// Grant describes a lock a backend handed out. Key, Owner and TTL are
+// filled in by the portable layer; Unlock gets the lease's current TTL.
+type Grant struct {
+	Key   string
+	Owner string
+	TTL   time.Duration
+	Token Token
+	// Validity is how long, from the start of the attempt, the lock is known
+	// to be held; zero means the requested TTL.
+	Validity time.Duration
+	// Start, if set, is when Validity starts counting: the start of the
+	// round trip that confirmed ownership. Queueing backends set it, since
+	// their call may have waited far longer than a TTL.
+	Start time.Time
+	// Lost, if not nil, is closed when the backend learns the lock is gone
+	// (session expired, lease revoked) before the portable layer asks.
+	Lost <-chan struct{}
+	// Handle is the backend's own state for this lock (a znode path, a
+	// lease ID…). If it has an As(any) bool method, Lease.As reaches it.
+	Handle any
+}
+
+// Subscription is a stream of release notices for one key.
+type Subscription interface {
+	// Wait returns nil when a release notice arrived since the previous
+	// Wait returned (or since Subscribe), or ctx's error when ctx ends first.
+	Wait(ctx context.Context) error
+	// Close ends the subscription.
+	Close() error
+}

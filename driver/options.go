@@ -1,0 +1,180 @@
+package driver
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Scope says where an Option may be passed.
+type Scope uint8
+
+const (
+	// ScopeLocker options configure a Locker as a whole (a logger, an
+	// observer, the release timeout): constructors and Open only.
+	ScopeLocker Scope = iota + 1
+	// ScopeCall options are defaults at construction and may also be
+	// passed to a single call (Acquire, TryAcquire, Do, Lease.Refresh).
+	ScopeCall
+)
+
+// Option is one setting: a portable one (distlock.WithTTL…) or a backend's
+// own (BackendOption). Passing an option where it does not apply — a
+// backend's option to another backend's constructor, a Locker-wide or
+// backend option to a single call — is an error matching ErrInvalidOption,
+// never silently ignored.
+type Option struct {
+	name  string
+	scope Scope
+	owner string // the backend a backend option belongs to
+	apply func(*Settings)
+}
+
+// NewOption builds a portable option; package distlock's With… functions
+// use it.
+func NewOption(name string, scope Scope, apply func(*Settings)) Option {
+	return Option{name: name, scope: scope, apply: apply}
+}
+
+// BackendOption builds an option that carries a setting of one backend
+// under key (an unexported type of the backend package, as with
+// context.WithValue); name is the option's function name, for errors. Only
+// that backend's constructor and URL opener accept it; read it with
+// [BackendValue].
+func BackendOption(backend, name string, key, value any) Option {
+	return Option{name: name, scope: ScopeLocker, owner: backend, apply: func(s *Settings) {
+		if s.backend == nil {
+			s.backend = make(map[any]any)
+		}
+		s.backend[key] = value
+	}}
+}
+
+// InvalidOption returns an option that makes whatever it is passed to fail
+// with ErrInvalidOption and the given message: With… functions use it to
+// reject bad values without panicking.
+func InvalidOption(format string, args ...any) Option {
+	return Option{name: "invalid option", scope: ScopeCall, apply: func(s *Settings) { s.Invalid(format, args...) }}
+}
+
+// Defaults of the portable settings.
+const (
+	DefaultTTL            = 30 * time.Second
+	DefaultDriftFactor    = 0.01
+	DefaultDriftMin       = 2 * time.Millisecond
+	DefaultBackoffMin     = 5 * time.Millisecond
+	DefaultBackoffMax     = 500 * time.Millisecond
+	DefaultReleaseTimeout = 5 * time.Second
+)
+
+// Defaults returns the settings before any option.
+func Defaults() Settings {
+	return Settings{
+		TTL:            DefaultTTL,
+		DriftFactor:    DefaultDriftFactor,
+		DriftMin:       DefaultDriftMin,
+		BackoffMin:     DefaultBackoffMin,
+		BackoffMax:     DefaultBackoffMax,
+		ReleaseTimeout: DefaultReleaseTimeout,
+	}
+}
+
+// Settings are resolved options.
+type Settings struct {
+	TTL            time.Duration // lease time to live
+	AutoRenew      bool          // keep leases from Acquire/TryAcquire renewed
+	RenewInterval  time.Duration // 0 means TTL/3
+	DriftFactor    float64       // validity = TTL − (TTL·DriftFactor + DriftMin)
+	DriftMin       time.Duration
+	BackoffMin     time.Duration // first retry delay of a polling wait
+	BackoffMax     time.Duration // cap of the exponential back-off
+	ReleaseTimeout time.Duration // bound on every release
+	Logger         *slog.Logger  // nil: nothing is logged
+	Observer       Observer
+
+	err     error
+	backend map[any]any
+}
+
+// Invalid records the first invalid setting; Resolve then fails with it.
+func (s *Settings) Invalid(format string, args ...any) {
+	if s.err == nil {
+		s.err = fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
+	}
+}
+
+// Drift is the safety margin taken off a lease's validity for clock drift
+// between the client and the servers, and for scheduling delays: the one
+// validity formula every backend and the portable layer use.
+func (s *Settings) Drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*s.DriftFactor) + s.DriftMin
+}
+
+// Resolve applies opts, as given to the constructor of backend (its
+// Guarantees().Backend name), on top of base.
+func Resolve(base Settings, backend string, opts []Option) (Settings, error) {
+	s := base
+	if s.backend != nil { // do not write into base's map
+		m := make(map[any]any, len(s.backend))
+		for k, v := range s.backend {
+			m[k] = v
+		}
+		s.backend = m
+	}
+	for _, o := range opts {
+		switch {
+		case o.apply == nil:
+		case o.owner != "" && o.owner != backend:
+			s.Invalid("%s is an option of the %s backend, not of %s", o.name, o.owner, backend)
+		default:
+			o.apply(&s)
+		}
+	}
+	return s, s.err
+}
+
+// Check applies opts on top of base whoever they belong to, to report an
+// invalid value before any connection is made; Open runs it first.
+func Check(base Settings, opts []Option) (Settings, error) {
+	s := base
+	s.backend = nil
+	for _, o := range opts {
+		if o.apply != nil {
+			o.apply(&s)
+		}
+	}
+	return s, s.err
+}
+
+// ResolveCall applies the options of one call on top of base (the Locker's
+// settings). Only ScopeCall options are accepted.
+func ResolveCall(base Settings, opts []Option) (Settings, error) {
+	s := base
+	s.err = nil
+	for _, o := range opts {
+		switch {
+		case o.apply == nil:
+		case o.owner != "":
+			s.Invalid("%s configures the %s backend: pass it to the constructor or Open, not to a call", o.name, o.owner)
+		case o.scope != ScopeCall:
+			s.Invalid("%s configures the Locker: pass it to the constructor or Open, not to a call", o.name)
+		default:
+			o.apply(&s)
+		}
+	}
+	return s, s.err
+}
+
+// BackendValue returns the setting stored under key by BackendOption.
+func BackendValue[T any](s Settings, key any) (T, bool) {
+	v, ok := s.backend[key].(T)
+	return v, ok
+}
+
+// BackendValueOr returns the setting stored under key, or def if none is.
+func BackendValueOr[T any](s Settings, key any, def T) T {
+	if v, ok := BackendValue[T](s, key); ok {
+		return v
+	}
+	return def
+}

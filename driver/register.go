@@ -1,0 +1,190 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Opener makes a Backend from a URL for distlock.Open. The URL's query has
+// already lost the portable parameters (ttl, autorenew, renew_interval),
+// which arrive in opts with the caller's options; the opener reads its own
+// parameters with a [Query], builds its client, and checks that the server
+// answers (bounded by ctx) so that a bad address fails at Open with an error
+// matching ErrUnavailable. distlock.Open then wraps the Backend with opts.
+type Opener func(ctx context.Context, u *url.URL, opts []Option) (Backend, error)
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]Opener{}
+)
+
+// Register makes a backend available to distlock.Open under scheme (without
+// "://"). Like database/sql.Register it is meant for init functions and
+// panics if the scheme is empty, opener is nil, or the scheme is taken.
+func Register(scheme string, opener Opener) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if scheme == "" || opener == nil {
+		panic("distlock/driver: Register needs a scheme and an opener")
+	}
+	if _, dup := registry[scheme]; dup {
+		panic("distlock/driver: Register called twice for scheme " + scheme)
+	}
+	registry[scheme] = opener
+}
+
+// Lookup returns the opener registered for scheme.
+func Lookup(scheme string) (Opener, bool) {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	o, ok := registry[scheme]
+	return o, ok
+}
+
+// Schemes lists the registered schemes, sorted.
+func Schemes() []string {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	s := make([]string, 0, len(registry))
+	for k := range registry {
+		s = append(s, k)
+	}
+	slices.Sort(s)
+	return s
+}
+
+// Query reads a URL's query parameters for an Opener: each getter removes
+// the parameter it reads, parse errors are kept for Err, and Unknown reports
+// what no getter asked for.
+type Query struct {
+	v   url.Values
+	err error
+}
+
+// NewQuery starts reading u's query.
+func NewQuery(u *url.URL) *Query { return &Query{v: u.Query()} }
+
+func (q *Query) take(name string) (string, bool) {
+	vs, ok := q.v[name]
+	if !ok {
+		return "", false
+	}
+	delete(q.v, name)
+	if len(vs) != 1 {
+		q.fail("parameter %q given %d times", name, len(vs))
+		return "", false
+	}
+	return vs[0], true
+}
+
+func (q *Query) fail(format string, args ...any) {
+	if q.err == nil {
+		q.err = fmt.Errorf("%w: "+format, append([]any{ErrInvalidURL}, args...)...)
+	}
+}
+
+// String returns the parameter's value.
+func (q *Query) String(name string) (string, bool) { return q.take(name) }
+
+// Duration returns the parameter parsed by time.ParseDuration.
+func (q *Query) Duration(name string) (time.Duration, bool) {
+	s, ok := q.take(name)
+	if !ok {
+		return 0, false
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		q.fail("parameter %s=%q: %v", name, s, err)
+		return 0, false
+	}
+	return d, true
+}
+
+// Int returns the parameter parsed as a decimal integer.
+func (q *Query) Int(name string) (int, bool) {
+	s, ok := q.take(name)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		q.fail("parameter %s=%q is not an integer", name, s)
+		return 0, false
+	}
+	return n, true
+}
+
+// Bool returns the parameter parsed by strconv.ParseBool.
+func (q *Query) Bool(name string) (bool, bool) {
+	s, ok := q.take(name)
+	if !ok {
+		return false, false
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		q.fail("parameter %s=%q is not a boolean", name, s)
+		return false, false
+	}
+	return b, true
+}
+
+// Rest returns the parameters not read yet.
+func (q *Query) Rest() url.Values { return q.v }
+
+// Err returns the first parse error.
+func (q *Query) Err() error { return q.err }
+
+// Done returns the first parse error, or an error naming the parameters no
+// getter read: call it after reading every parameter the backend knows.
+func (q *Query) Done() error {
+	if q.err != nil {
+		return q.err
+	}
+	if len(q.v) > 0 {
+		names := make([]string, 0, len(q.v))
+		for k := range q.v {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		return fmt.Errorf("%w: unknown parameter(s) %s", ErrInvalidURL, strings.Join(names, ", "))
+	}
+	return nil
+}
+
+// Reachable dials each address (TCP) at once and returns nil as soon as one
+// accepts, or an error matching ErrUnavailable naming them all when none
+// does within timeout: openers call it first, so that refused or
+// unresolvable addresses fail at once rather than after a client's own
+// retries.
+func Reachable(ctx context.Context, addrs []string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	errs := make(chan error, len(addrs))
+	for _, a := range addrs {
+		go func() {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "tcp", a)
+			if err == nil {
+				_ = c.Close()
+			}
+			errs <- err
+		}()
+	}
+	var failed []error
+	for range addrs {
+		err := <-errs
+		if err == nil {
+			return nil
+		}
+		failed = append(failed, err)
+	}
+	return Unavailable(strings.Join(addrs, ","), errors.Join(failed...))
+}

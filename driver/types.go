@@ -1,0 +1,149 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Token is a fencing token: it strictly increases, per key, across the
+// successive holders of a lock.
+type Token int64
+
+// String returns the token in decimal.
+func (t Token) String() string { return strconv.FormatInt(int64(t), 10) }
+
+// Sentinel errors shared by the portable layer and the backends (package
+// distlock re-exports them). Check them with errors.Is.
+var (
+	// ErrNotAcquired: the key is held by someone else, or a wait ended
+	// before the lock was taken.
+	ErrNotAcquired = errors.New("distlock: lock not acquired")
+	// ErrNotHeld: the lock is no longer the grant's (released, expired, or
+	// taken over by another holder).
+	ErrNotHeld = errors.New("distlock: lock not held")
+	// ErrUnavailable: the lock service could not be reached (refused,
+	// unresolvable, timed out while connecting). The message names the
+	// address.
+	ErrUnavailable = errors.New("distlock: lock service unavailable")
+	// ErrInvalid matches every invalid-input error below.
+	ErrInvalid = errors.New("distlock: invalid argument")
+	// ErrInvalidKey: the key is empty, too long, not UTF-8, or holds
+	// control characters.
+	ErrInvalidKey error = &invalidError{"invalid key"}
+	// ErrInvalidTTL: the TTL is zero, negative or too long.
+	ErrInvalidTTL error = &invalidError{"invalid TTL"}
+	// ErrInvalidOption: an option has a value that cannot work, or was
+	// passed where it does not apply (a backend's option to another
+	// backend, a Locker-wide option to a single call).
+	ErrInvalidOption error = &invalidError{"invalid option"}
+	// ErrInvalidURL: a URL that cannot be parsed, has no host or a bad
+	// port, or whose scheme no backend registered.
+	ErrInvalidURL error = &invalidError{"invalid URL"}
+)
+
+// invalidError is a sentinel that also matches ErrInvalid.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return "distlock: " + e.msg }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
+
+// HeldError is returned (wrapped) by a failed attempt on a key someone else
+// holds. It matches ErrNotAcquired. RetryAfter, when positive, is how long the
+// current holder's lock has left, as the server reported it.
+type HeldError struct {
+	Key        string
+	RetryAfter time.Duration
+}
+
+// Error says the key is held and, when known, for how long yet.
+func (e *HeldError) Error() string {
+	if e.RetryAfter > 0 {
+		return fmt.Sprintf("distlock: key %q is held (expires in %v)", e.Key, e.RetryAfter)
+	}
+	return fmt.Sprintf("distlock: key %q is held", e.Key)
+}
+
+// Is makes a HeldError match ErrNotAcquired.
+func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
+
+// Unavailable wraps err, the failure to reach addr, so that it matches
+// ErrUnavailable and names the address.
+func Unavailable(addr string, err error) error {
+	return fmt.Errorf("%w: %s: %w", ErrUnavailable, addr, err)
+}
+
+// WaitMode says how a backend's waiters learn that a key became free.
+type WaitMode string
+
+const (
+	// WaitPoll: waiters retry with jittered exponential back-off.
+	WaitPoll WaitMode = "poll"
+	// WaitNotify: the releaser pushes a notice (e.g. Redis pub/sub) and
+	// waiters fall back to a bounded poll in case a notice is missed.
+	WaitNotify WaitMode = "notify"
+	// WaitQueue: waiters join a server-side queue and watch their
+	// predecessor (etcd, ZooKeeper); the server wakes exactly the next one.
+	WaitQueue WaitMode = "queue"
+)
+
+// Guarantees is what a backend declares about itself. Each field is a claim
+// the backend's tests check; a claim no test checks is left at its zero value.
+type Guarantees struct {
+	// Backend is the backend's short name, e.g. "redis".
+	Backend string
+	// TokenSource says where fencing tokens come from.
+	TokenSource string
+	// Wait says how waiters are woken.
+	Wait WaitMode
+	// FIFO is true when waiters acquire in the order they started waiting.
+	FIFO bool
+	// FailuresTolerated is how many servers can fail without losing safety
+	// or availability (0 for a single server).
+	FailuresTolerated int
+	// ClockDependent is true when mutual exclusion relies on bounded clock
+	// drift between servers and clients (timed leases on independent nodes).
+	ClockDependent bool
+	// RestartLosesLocks is true when a server crash, restart or failover can
+	// drop held locks (e.g. Redis without fsync).
+	RestartLosesLocks bool
+	// SessionTTL is true when a lock lives as long as the client's session
+	// and the TTL option sets nothing per lease (ZooKeeper).
+	SessionTTL bool
+	// SingleProcess is true when locks are only seen inside one process.
+	SingleProcess bool
+	// Notes are caveats worth reading before choosing the backend.
+	Notes []string
+}
+
+// Observer receives lock events, for metrics and tracing. Observe must be
+// quick and must not call back into the Locker.
+type Observer interface {
+	Observe(ctx context.Context, e Event)
+}
+
+// EventKind names a lock event.
+type EventKind string
+
+// Event kinds.
+const (
+	EventAcquired      EventKind = "acquired"       // Duration: time spent acquiring, waits included
+	EventAcquireFailed EventKind = "acquire_failed" // Err says why (not acquired, ctx, server)
+	EventContended     EventKind = "contended"      // an attempt found the key held
+	EventRefreshed     EventKind = "refreshed"      // Duration: the refresh's round trip
+	EventRefreshFailed EventKind = "refresh_failed" // Err says why; the lease may still be valid
+	EventReleased      EventKind = "released"       // Duration: how long the lease was held
+	EventLost          EventKind = "lost"           // Duration: how long it was held; Err says why
+)
+
+// Event is one thing that happened to a lock.
+type Event struct {
+	Kind     EventKind
+	Backend  string
+	Key      string
+	Token    Token
+	Duration time.Duration
+	Err      error
+}
