@@ -237,7 +237,7 @@ func (l *locker) abandon(req driver.Request, o *driver.Settings) {
 			if err == nil || ctx.Err() != nil {
 				return
 			}
-			if err := sleep(ctx, delay); err != nil {
+			if err := driver.Sleep(ctx, delay); err != nil {
 				return
 			}
 		}
@@ -312,7 +312,7 @@ func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settin
 		if remaining > 0 && remaining < delay {
 			delay = remaining + jitter(o.BackoffMin)
 		}
-		if err := sleep(ctx, delay); err != nil {
+		if err := driver.Sleep(ctx, delay); err != nil {
 			return driver.Grant{}, time.Time{}, err
 		}
 	}
@@ -345,17 +345,6 @@ func jitter(d time.Duration) time.Duration {
 		return 0
 	}
 	return mrand.N(d)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 func (l *locker) newLease(req driver.Request, g driver.Grant, start time.Time, o *driver.Settings, renew bool) (*Lease, error) {

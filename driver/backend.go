@@ -118,3 +118,16 @@ type Subscription interface {
 	// Close ends the subscription.
 	Close() error
 }
+
+// Sleep waits for d or until ctx ends, whichever is first, and returns
+// ctx's error in the second case: the one ctx-aware sleep of the library.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
