@@ -1,0 +1,231 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// handle is the backend's state of one held lock; it is Grant.Handle.
+type handle struct {
+	key string // the etcd key: queue + owner
+	rev int64  // its CreateRevision: the token
+
+	mu        sync.Mutex
+	lease     *lease
+	state     handleState
+	gone      bool          // the loss watch saw the key deleted
+	lost      chan struct{} // Grant.Lost
+	lostShut  bool
+	stopWatch context.CancelFunc
+}
+
+type handleState int
+
+const (
+	held handleState = iota
+	releasing
+	ended
+)
+
+// As gives lease-level access (see Lease.As): a *clientv3.Cmp that is true
+// only while this lease's key still exists with its CreateRevision, i.e.
+// while it owns the lock — put it in the If of your own transactions to
+// guard etcd writes — and a *clientv3.LeaseID, the etcd lease the key is
+// bound to now (it changes when a Refresh changes the TTL, and is reused by
+// later locks of the Locker once released: attach nothing to it).
+func (h *handle) As(target any) bool {
+	switch t := target.(type) {
+	case *clientv3.Cmp:
+		*t = clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)
+		return true
+	case *clientv3.LeaseID:
+		h.mu.Lock()
+		*t = h.lease.id
+		h.mu.Unlock()
+		return true
+	}
+	return false
+}
+
+// end marks the lock over and stops its watch.
+func (h *handle) end() {
+	h.mu.Lock()
+	h.state = ended
+	stop := h.stopWatch
+	h.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// grant builds the Grant of a lock now owned; start is when the round trip
+// (or watch event) that confirmed ownership began (arrived), watchFrom a
+// revision at which the key was known to exist.
+func (b *backend) grant(req driver.Request, key string, rev, watchFrom int64, l *lease, start time.Time) driver.Grant {
+	h := &handle{key: key, rev: rev, lease: l, lost: make(chan struct{})}
+	// Zero would mean "the requested TTL" to the portable layer.
+	validity := max(min(req.TTL, l.left(start)), time.Nanosecond)
+	g := driver.Grant{Token: distlock.Token(rev), Validity: validity, Start: start, Handle: h}
+	if b.lossWatch && b.watchLoss(h, watchFrom) {
+		g.Lost = h.lost
+	}
+	return g
+}
+
+// TryLock creates the key only if nothing is queued for it: one round trip on
+// a recycled lease.
+func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	l, err := b.takeLease(ctx, req.TTL)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	q := b.queue(req.Key)
+	me := q + req.Owner
+	start := time.Now()
+	resp, err := b.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(q), "=", 0).WithPrefix()).
+		Then(clientv3.OpPut(me, "", clientv3.WithLease(l.id))).
+		Commit()
+	if err != nil {
+		// The put may have happened: the lease is dropped, not recycled, so
+		// the key goes with it.
+		return driver.Grant{}, fmt.Errorf("etcd: creating %q: %w", me, err)
+	}
+	if !resp.Succeeded {
+		b.putSpare(l)
+		return driver.Grant{}, &distlock.HeldError{Key: req.Key}
+	}
+	rev := resp.Header.Revision // a one-write txn: the key's CreateRevision
+	return b.grant(req, me, rev, rev+1, l, start), nil
+}
+
+func handleOf(g driver.Grant) (*handle, error) {
+	h, ok := g.Handle.(*handle)
+	if !ok || h == nil {
+		return nil, fmt.Errorf("%w: etcd: the grant was not made by this backend", distlock.ErrInvalidOption)
+	}
+	return h, nil
+}
+
+// Refresh renews the lock's lease (if it does not already cover ttl) and
+// checks the key is still ours. A new TTL moves the key to a lease of that
+// TTL; the key keeps its CreateRevision, so the token does not change.
+func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
+	h, err := handleOf(g)
+	if err != nil {
+		return 0, err
+	}
+	h.mu.Lock()
+	state, l := h.state, h.lease
+	h.mu.Unlock()
+	if state != held {
+		return 0, fmt.Errorf("%w: etcd: %q already released", distlock.ErrNotHeld, h.key)
+	}
+	start := time.Now()
+	ours := clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)
+	onLease := clientv3.Compare(clientv3.LeaseValue(h.key), "=", int64(l.id))
+
+	if leaseSeconds(ttl) == l.secs {
+		if l.left(start) < ttl {
+			if err := b.keepAlive(ctx, l); err != nil {
+				if leaseGone(err) {
+					h.end()
+					return 0, fmt.Errorf("%w: etcd: the lease of %q has expired or was revoked", distlock.ErrNotHeld, h.key)
+				}
+				return 0, fmt.Errorf("etcd: renewing the lease of %q: %w", h.key, err)
+			}
+		}
+		resp, err := b.cli.Txn(ctx).If(ours, onLease).Commit()
+		if err != nil {
+			return 0, fmt.Errorf("etcd: checking %q: %w", h.key, err)
+		}
+		if !resp.Succeeded {
+			h.end()
+			return 0, fmt.Errorf("%w: etcd: %q is gone", distlock.ErrNotHeld, h.key)
+		}
+		return max(min(ttl, l.left(start)), time.Nanosecond), nil
+	}
+
+	nl, err := b.takeLease(ctx, ttl)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := b.cli.Txn(ctx).If(ours, onLease).Then(clientv3.OpPut(h.key, "", clientv3.WithLease(nl.id))).Commit()
+	if err != nil {
+		// Unknown outcome: keep the old lease; if the key did move, the next
+		// refresh finds it off that lease and reports the loss.
+		return 0, fmt.Errorf("etcd: moving %q to a %v lease: %w", h.key, ttl, err)
+	}
+	if !resp.Succeeded {
+		b.putSpare(nl)
+		h.end()
+		return 0, fmt.Errorf("%w: etcd: %q is gone", distlock.ErrNotHeld, h.key)
+	}
+	h.mu.Lock()
+	h.lease = nl
+	h.mu.Unlock()
+	b.putSpare(l)
+	return max(min(ttl, nl.left(start)), time.Nanosecond), nil
+}
+
+// Unlock deletes the key only if it still has its CreateRevision, so a
+// retried release cannot delete anyone else's key; the lease is recycled.
+func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
+	if g.Handle == nil && g.Owner != "" {
+		return b.unlockAttempt(ctx, g)
+	}
+	h, err := handleOf(g)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	if h.state != held {
+		h.mu.Unlock()
+		return fmt.Errorf("%w: etcd: %q already released", distlock.ErrNotHeld, h.key)
+	}
+	// Our own delete must not look like a loss to the watch.
+	h.state = releasing
+	l := h.lease
+	h.mu.Unlock()
+
+	resp, err := b.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
+		Then(clientv3.OpDelete(h.key)).
+		Commit()
+	if err != nil {
+		h.mu.Lock()
+		h.state = held
+		if h.gone {
+			h.shutLost() // deleted meanwhile, by us or not: report it
+		}
+		h.mu.Unlock()
+		return fmt.Errorf("etcd: deleting %q: %w", h.key, err)
+	}
+	h.end()
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: etcd: %q is gone", distlock.ErrNotHeld, h.key)
+	}
+	b.putSpare(l)
+	return nil
+}
+
+// unlockAttempt deletes the queue key of a TryLock whose reply was lost. The
+// key's name holds the attempt's owner value, so it cannot be anyone else's;
+// its lease was dropped by TryLock and ends with its TTL.
+func (b *backend) unlockAttempt(ctx context.Context, g driver.Grant) error {
+	me := b.queue(g.Key) + g.Owner
+	resp, err := b.cli.Delete(ctx, me)
+	switch {
+	case err != nil:
+		return fmt.Errorf("etcd: deleting %q: %w", me, err)
+	case resp.Deleted == 0:
+		return fmt.Errorf("%w: etcd: %q does not exist", distlock.ErrNotHeld, me)
+	}
+	return nil
+}

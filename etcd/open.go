@@ -1,0 +1,89 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+func init() {
+	driver.Register("etcd", open)
+}
+
+// DefaultDialTimeout bounds how long Open waits for the cluster to answer
+// (together with Open's context), unless the URL sets dial_timeout.
+const DefaultDialTimeout = 5 * time.Second
+
+// open serves etcd://host:port[,host:port…]/?prefix=…&dial_timeout=…&loss_watch=…
+// The client it makes belongs to the Locker and is closed by its Close.
+func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backend, error) {
+	q := driver.NewQuery(u)
+	var own []distlock.Option
+	if p, ok := q.String("prefix"); ok {
+		own = append(own, WithPrefix(p))
+	}
+	if v, ok := q.Bool("loss_watch"); ok {
+		own = append(own, WithLossWatch(v))
+	}
+	dial := DefaultDialTimeout
+	if d, ok := q.Duration("dial_timeout"); ok {
+		if d <= 0 {
+			return nil, fmt.Errorf("%w: etcd: dial_timeout=%v must be positive", distlock.ErrInvalidURL, d)
+		}
+		dial = d
+	}
+	if err := q.Done(); err != nil {
+		return nil, err
+	}
+	if u.Path != "" && u.Path != "/" {
+		return nil, fmt.Errorf("%w: etcd: URL path %q is not used; set the key prefix with ?prefix=", distlock.ErrInvalidURL, u.Path)
+	}
+	var endpoints []string
+	for _, h := range strings.Split(u.Host, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			endpoints = append(endpoints, h)
+		}
+	}
+	if len(endpoints) == 0 {
+		return nil, fmt.Errorf("%w: etcd: no endpoints in %q (want etcd://host:port,host:port/)", distlock.ErrInvalidURL, u.Redacted())
+	}
+	opts = append(own, opts...)
+	if _, err := driver.Resolve(driver.Settings{}, "etcd", opts); err != nil {
+		return nil, err // before dialling
+	}
+	if err := driver.Reachable(ctx, endpoints, dial); err != nil {
+		return nil, err
+	}
+	cfg := clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop()}
+	if u.User != nil {
+		cfg.Username = u.User.Username()
+		cfg.Password, _ = u.User.Password()
+		cfg.DialTimeout = dial // bounds the authentication New does
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcd: connecting to %v: %w", endpoints, err)
+	}
+	b, err := newBackend(cli, true, opts)
+	if err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	// The client dials lazily: ask the cluster something (a linearizable
+	// read needs a quorum) so a down cluster fails Open, within its deadline.
+	pctx, cancel := context.WithTimeout(ctx, dial)
+	_, err = cli.Get(pctx, b.prefix, clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		_ = b.Close()
+		return nil, driver.Unavailable(strings.Join(endpoints, ","), err)
+	}
+	return b, nil
+}

@@ -1,0 +1,276 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/distlock/distlock/driver"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// retryPause separates re-reads of the queue while a waiter's server
+// connection is failing.
+const retryPause = 100 * time.Millisecond
+
+// syncChecks are when, after its watch is made, a waiter re-reads the queue
+// in case etcd left that watch to its 100 ms catch-up loop (see follow): the
+// first always, the others only while the store keeps moving.
+var syncChecks = []time.Duration{5 * time.Millisecond, 25 * time.Millisecond, 60 * time.Millisecond}
+
+// Lock joins key's queue and waits for its predecessor to go.
+func (b *backend) Lock(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	l, err := b.takeLease(ctx, req.TTL)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	q := b.queue(req.Key)
+	me := q + req.Owner
+	start := time.Now()
+	// One round trip: create our key, read the owner (lowest CreateRevision)
+	// and our predecessor (the two newest keys are us and it).
+	resp, err := b.cli.Txn(ctx).Then(
+		clientv3.OpPut(me, "", clientv3.WithLease(l.id)),
+		clientv3.OpGet(q, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
+		clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)),
+	).Commit()
+	if err != nil {
+		b.abandon(ctx, me, l, err)
+		return driver.Grant{}, fmt.Errorf("etcd: joining the queue of %q: %w", req.Key, err)
+	}
+	rev := resp.Header.Revision
+	owner := resp.Responses[1].GetResponseRange().GetKvs()
+	newest := resp.Responses[2].GetResponseRange().GetKvs()
+	if len(owner) == 0 || len(newest) == 0 || string(newest[0].Key) != me {
+		err := fmt.Errorf("etcd: queue of %q read back without our key", req.Key)
+		b.abandon(ctx, me, l, rpctypes.ErrLeaseNotFound) // do not trust the lease
+		return driver.Grant{}, err
+	}
+	if string(owner[0].Key) == me {
+		return b.grant(req, me, rev, rev+1, l, start), nil
+	}
+	pos := position{pred: string(newest[1].Key), predIsOwner: string(newest[1].Key) == string(owner[0].Key), from: rev + 1}
+	g, err := b.wait(ctx, req, q, me, rev, l, pos)
+	if err != nil {
+		if !errors.Is(err, errKeyGone) {
+			b.abandon(ctx, me, l, err)
+		}
+		return driver.Grant{}, err
+	}
+	return g, nil
+}
+
+// position is a waiter's place in the queue: whom it watches, from when.
+type position struct {
+	owner       bool // we are first: the lock is ours
+	pred        string
+	predIsOwner bool  // pred held the lock: its deletion hands it to us
+	from        int64 // first revision the watch must see
+}
+
+var errKeyGone = errors.New("etcd: our queue key disappeared while waiting (its lease expired or was revoked)")
+
+// wait waits in the queue until we own the lock or ctx ends. It keeps the
+// waiter's lease alive and follows its predecessors until none is left.
+func (b *backend) wait(ctx context.Context, req driver.Request, q, me string, rev int64, l *lease, pos position) (driver.Grant, error) {
+	// Renew before a third of the lease has gone, or sooner if a recycled
+	// lease has less left than that.
+	ka := time.NewTimer(min(l.period()/3, l.left(time.Now())/2))
+	defer ka.Stop()
+	for {
+		next, start, err := b.follow(ctx, q, me, rev, l, pos, ka)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		if next.owner {
+			return b.owned(ctx, req, me, rev, l, start, next.from)
+		}
+		pos = next
+	}
+}
+
+// follow watches pos.pred, and only it, until it goes, and returns our next
+// position and when it was learnt (the start of the confirming round trip,
+// or the arrival of the deletion). It renews l each time ka fires.
+func (b *backend) follow(ctx context.Context, q, me string, rev int64, l *lease, pos position, ka *time.Timer) (position, time.Time, error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	// Watch from the store's current revision, not from pos.from: etcd
+	// serves a watch that starts in the past from its catch-up loop, which
+	// runs every 100 ms, while one that starts now hears a change at once.
+	// The Created header says where it starts; a re-read covers the gap.
+	wch := b.cli.Watch(wctx, pos.pred, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	var (
+		created time.Time // when the watch was confirmed
+		hdr     int64     // it hears every revision after hdr
+		checks  int       // re-reads made since
+	)
+	check := time.NewTimer(time.Hour)
+	check.Stop()
+	defer check.Stop()
+	// recheck re-reads the queue once the watch exists: a predecessor still
+	// there then is deleted later, at a revision the watch hears. done means
+	// the position changed (or the read failed) and follow must return.
+	//
+	// etcd reads the header's revision before it registers a watch, so a
+	// write landing in between leaves the watch in the catch-up loop while
+	// its header claims it is current. A read at revision hdr proves that
+	// did not happen; while reads show later revisions, a few more, spread
+	// over the loop's 100 ms, bound the delay a raced watch could cause.
+	recheck := func() (next position, start time.Time, done bool, err error) {
+		checks++
+		start = time.Now()
+		next, err = b.position(ctx, q, me, rev)
+		switch {
+		case errors.Is(err, errKeyGone):
+			return position{}, time.Time{}, true, err
+		case err != nil:
+			// The gap may not be covered: read until it is.
+			next, start, err = b.reposition(ctx, q, me, rev)
+			return next, start, true, err
+		case next.owner || next.pred != pos.pred:
+			return next, start, true, nil
+		}
+		// A waiter predecessor may have become the owner meanwhile: then
+		// its deletion makes us the owner, with no re-read.
+		pos.predIsOwner = next.predIsOwner
+		if next.from-1 > hdr && checks < len(syncChecks) {
+			check.Reset(time.Until(created.Add(syncChecks[checks])))
+		}
+		return position{}, time.Time{}, false, nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return position{}, time.Time{}, ctx.Err()
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				// Broken (ctx, compaction, no leader…): re-read the queue.
+				return b.reposition(ctx, q, me, rev)
+			}
+			if wr.Created {
+				created, hdr = time.Now(), wr.Header.Revision
+				if hdr >= pos.from {
+					// The store moved on since we read the queue.
+					if next, start, done, err := recheck(); done {
+						return next, start, err
+					}
+				} else {
+					check.Reset(syncChecks[0])
+				}
+			}
+			for _, ev := range wr.Events {
+				if ev.Type != mvccpb.DELETE {
+					continue
+				}
+				if pos.predIsOwner {
+					// Nobody is left below us and nobody can join below us.
+					return position{owner: true, from: ev.Kv.ModRevision + 1}, time.Now(), nil
+				}
+				return b.reposition(ctx, q, me, rev) // a waiter left: find the next one
+			}
+		case <-check.C:
+			if next, start, done, err := recheck(); done {
+				return next, start, err
+			}
+		case <-ka.C:
+			period := l.period()
+			kctx, kcancel := context.WithTimeout(ctx, period/3)
+			err := b.keepAlive(kctx, l)
+			kcancel()
+			if leaseGone(err) {
+				return position{}, time.Time{}, errKeyGone
+			}
+			next := period / 3
+			if err != nil {
+				next = min(next, time.Second) // try again sooner
+			}
+			ka.Reset(next)
+		}
+	}
+}
+
+// reposition re-reads our position, pausing and trying again while the
+// connection fails (an election, a member going away) until ctx ends.
+func (b *backend) reposition(ctx context.Context, q, me string, rev int64) (position, time.Time, error) {
+	for {
+		start := time.Now()
+		pos, err := b.position(ctx, q, me, rev)
+		if err == nil {
+			return pos, start, nil
+		}
+		if errors.Is(err, errKeyGone) {
+			return position{}, time.Time{}, err
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return position{}, time.Time{}, cerr
+		}
+		if err := driver.Sleep(ctx, retryPause); err != nil {
+			return position{}, time.Time{}, err
+		}
+	}
+}
+
+// owned finishes a wait that made us the owner: it makes sure the lease has a
+// fair share of its TTL left (renewing it if not) and builds the grant.
+func (b *backend) owned(ctx context.Context, req driver.Request, me string, rev int64, l *lease, start time.Time, watchFrom int64) (driver.Grant, error) {
+	if l.left(start) < req.TTL/2 {
+		start = time.Now()
+		if err := b.keepAlive(ctx, l); err != nil {
+			if leaseGone(err) {
+				return driver.Grant{}, errKeyGone
+			}
+			if l.left(start) <= 0 {
+				return driver.Grant{}, fmt.Errorf("etcd: confirming the lease of %q: %w", req.Key, err)
+			}
+		}
+	}
+	return b.grant(req, me, rev, watchFrom, l, start), nil
+}
+
+// position reads where our key stands in the queue, in one round trip that
+// also checks the key still exists.
+func (b *backend) position(ctx context.Context, q, me string, rev int64) (position, error) {
+	resp, err := b.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(me), "=", rev)).
+		Then(
+			clientv3.OpGet(q, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
+			clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1),
+				clientv3.WithMaxCreateRev(rev-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)),
+		).Commit()
+	if err != nil {
+		return position{}, err
+	}
+	if !resp.Succeeded {
+		return position{}, errKeyGone
+	}
+	from := resp.Header.Revision + 1
+	owner := resp.Responses[0].GetResponseRange().GetKvs()
+	pred := resp.Responses[1].GetResponseRange().GetKvs()
+	if len(pred) == 0 || (len(owner) > 0 && string(owner[0].Key) == me) {
+		return position{owner: true, from: from}, nil
+	}
+	return position{
+		pred:        string(pred[0].Key),
+		predIsOwner: len(owner) > 0 && string(owner[0].Key) == string(pred[0].Key),
+		from:        from,
+	}, nil
+}
+
+// abandon removes a key whose acquire failed (with cause) or was cancelled,
+// on a context of its own since ctx may be over. If that fails too, the lease
+// is dropped and takes the key with it when it expires.
+func (b *backend) abandon(ctx context.Context, me string, l *lease, cause error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	// Recycle the lease only if the key was there to delete: if it was not,
+	// a lost Put may still be on its way and would sit on a lease that is
+	// reused and kept alive. Dropped, the lease takes such a key with it.
+	if resp, err := b.cli.Delete(cctx, me); err == nil && resp.Deleted == 1 && !leaseGone(cause) {
+		b.putSpare(l)
+	}
+}
