@@ -31,8 +31,8 @@ func New(client *clientv3.Client, opts ...distlock.Option) (distlock.Locker, err
 }
 
 // NewBackend returns the raw Backend on client, for wrapping (tests,
-// middleware) before passing it to distlock.New. It implements
-// driver.Blocker. As with New, the client is not closed by Close.
+// middleware) before passing it to distlock.New. As with New, the client is
+// not closed by Close.
 func NewBackend(client *clientv3.Client, opts ...distlock.Option) (driver.Backend, error) {
 	return newBackend(client, false, opts)
 }
@@ -56,7 +56,7 @@ func newBackend(cli *clientv3.Client, owns bool, opts []distlock.Option) (*backe
 	}, nil
 }
 
-// backend implements driver.Backend and driver.Blocker.
+// backend implements driver.Backend, with a server-side queue (Lock).
 type backend struct {
 	driver.NoNotice
 	cli       *clientv3.Client
