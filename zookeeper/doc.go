@@ -1,0 +1,152 @@
+// Package zookeeper is the ZooKeeper backend of distlock, on
+// github.com/go-zookeeper/zk, behind "zk://" URLs.
+//
+// # Algorithm
+//
+// A lock on key lives under base/<escaped key>/ (a container znode, which
+// the server deletes once it is empty, so millions of distinct keys do not
+// pile up). To take it, a client creates an EPHEMERAL|SEQUENTIAL znode named
+// "lock-<owner>-<sequence>" there and lists the children: the lowest
+// sequence holds the lock. A waiter watches only its immediate predecessor
+// (no herd effect), so waiters are served first come, first served. A
+// waiter whose context ends deletes its znode before returning. The owner in
+// the name is the lease's random 128-bit id: when a create's reply is lost
+// with the connection, the znode is found again by that id and deleted (as
+// Curator's "protected" mode does), so no orphan blocks the queue until the
+// session ends.
+//
+// The fencing token is the lock znode's czxid: the ZooKeeper transaction id
+// of its creation, 64-bit and ensemble-wide, so it strictly increases across
+// the successive holders of a key — even when an empty key directory was
+// reaped and recreated, which resets the 32-bit sequence suffix.
+//
+// # Guarantees
+//
+// A lock lives as long as the Locker's ZooKeeper session (one session per
+// Locker): the server frees it when the holder releases it, or when the
+// session ends (Close, or expiry after the session timeout without contact).
+// The TTL option sets nothing on the server; it only drives the portable
+// layer's local deadline, and a Refresh merely confirms the znode still
+// exists. So a lease that is neither renewed (Do, WithAutoRenew) nor
+// refreshed ends locally after its TTL while its znode stays until Release,
+// Close or the session's end. Mutual exclusion does not depend on clocks.
+// An ensemble of n servers keeps locks and tokens while a minority of
+// (n−1)/2 servers is lost; a standalone server tolerates no failure.
+//
+// # Session states and Lease.Done
+//
+// A lease's Done channel closes (Err matching distlock.ErrLeaseLost) when
+//   - the session expires: every lease of the session is lost;
+//   - the connection has been down for the disconnect grace (see
+//     WithDisconnectGrace); or
+//   - with Dial, the server has answered nothing for two thirds of the
+//     session timeout it granted (the silence bound).
+//
+// A lease reported lost while its session survives is deleted on
+// reconnection. While the connection is down but within these bounds, the
+// lease is at risk and Done stays open.
+//
+// # Loss notice before takeover
+//
+// Done closes before the server can expire the session and grant the lock
+// to another client. The server expires a session no sooner than its
+// timeout after the last request it received from it, and the timeout that
+// counts is one the server granted: it clamps the one asked for into its
+// [minSessionTimeout, maxSessionTimeout] (by default 2 and 20 ticks, 4 s
+// and 40 s with the stock tickTime). Of the timeouts it granted a session,
+// the smallest counts: the server stores the one it granted when it
+// created the session, and a restarted server, or a new leader, restores
+// the session with that one, whatever a later connection was granted (more,
+// if minSessionTimeout was raised meanwhile). Dial watches its connections
+// (it wraps go-zookeeper's dialer): it reads the granted timeout off the
+// connect response of every connection and keeps the smallest granted to
+// the session, T below (a new session starts afresh); and, since a
+// session's requests are answered in order, it knows the send time t0 of
+// the newest request the server has answered; the server heard from the
+// session at t0 or later. It hands go-zookeeper T in place of a larger
+// grant, so that go-zookeeper pings every T/3 and gives up on a silent
+// connection after 2T/3 of the timeout that binds. The worst case, a link
+// that goes silent:
+//
+//	t0          the client sends a request (a ping goes every T/3 at least)
+//	            whose reply is the last it hears
+//	t0 + 2T/3   Done closes (the silence bound) and the backend drops the
+//	            connection, as go-zookeeper itself would: its read timeout
+//	            is 2T/3 after the last reply
+//	t0 + T      at the earliest, the server expires the session, deletes
+//	            the lock znode, and the next waiter is granted the lock
+//
+// The last third of T is left for the client's timer lateness (scheduling,
+// GC). A holder paused for longer, or a client clock running slow against
+// the server's, is beyond any notice: fencing tokens are for that. The
+// disconnect grace counts from go-zookeeper's disconnect event, which for a
+// broken link (reset, refused, closed by the server) comes at once and for
+// a silent one only at t0 + 2T/3 or later; it lets a lease survive a quick
+// reconnection and never extends the silence bound. Its default is T/4,
+// following T as it changes. Dial refuses a WithDisconnectGrace of 2T/3 or
+// more of the first session's granted timeout: the silence bound would
+// always come first, so such a grace would promise a tolerance that cannot
+// be had; should T shrink later, the silence bound clamps the grace.
+//
+// Slow replies cost the notice nothing, since it counts from send times,
+// but a link whose round trip (request sent to reply received) exceeds T/3
+// cannot keep a lease: just before a ping's reply arrives, the newest
+// request answered is T/3 plus a round trip old, so the silence bound
+// reports the leases lost and drops the connection although the session
+// lives. That is early, on the safe side; the lost leases' znodes are
+// deleted once a connection is back, and it happens again for as long as
+// the link stays that slow.
+//
+// The silence bound assumes that the server which answers is the one that
+// expires sessions. In an ensemble only the leader does, and it learns of
+// a client's pings to a follower only from that follower's answers to its
+// own, every tickTime/2. Two cases eat into the last third of T. First, a
+// follower cut off from the leader goes on answering its clients' pings
+// for up to syncLimit·tickTime (until it notices the leader's silence and
+// drops them), while the leader learns of no more of them after the cut;
+// the last one it learnt of may be T/3 old. The notice stays ahead of the
+// leader if
+//
+//	syncLimit·tickTime + tickTime/2 + min(grace, 2T/3) < 2T/3
+//
+// that is, with the default grace, syncLimit·tickTime + tickTime/2 under
+// 5T/12: with the stock tickTime=2s and syncLimit=5, a session timeout of
+// at least 27 s (and maxSessionTimeout to match). Second, a follower that
+// answers a ping and then freezes (a long pause, or its host cut off from
+// client and leader alike, with no FIN reaching the client) may never pass
+// that ping on: the leader's last news of the session may be a ping
+// interval, T/3, older than the client's, and the leader can expire the
+// session 2T/3 after t0, just when the silence bound fires. Nothing is left
+// for timer lateness then: the notice is ahead only by the leader's
+// rounding of expiry times up to its next tick and by the time the
+// hand-over to the next waiter takes.
+//
+// With New the backend cannot see the caller's connection: neither the
+// granted timeouts nor the server's last answer, only the disconnect
+// event, which for a silent link comes 2T/3 after the last reply arrived
+// (T as go-zookeeper knows it), and later if a write hangs. Its grace
+// therefore defaults to zero, which puts the notice about where Dial's
+// silence bound is, but counted from the reply's arrival, not from its
+// request's send time: the server may have last heard from the session a
+// round trip before. So New's notice is ahead of the server only while the
+// round trip stays under T/3 − grace, less the lateness of events and
+// timers; on a slower link another client may be granted the lock before
+// Done closes, and New cannot tell (Dial reports the loss early instead,
+// see above). And go-zookeeper follows the newest grant: if the session
+// was created with a smaller timeout, a restarted server or a new leader
+// may expire the session on that one long before go-zookeeper notices the
+// silence. A nonzero grace needs WithSessionTimeout, which must then be
+// the smallest timeout granted to the session (or less), and must be under
+// a third of it (2T/3 + grace < T). Dial behaves as New, and refuses a
+// nonzero grace, if a zk.WithDialer in WithConnOptions replaces its dialer.
+//
+// go-zookeeper pauses about a second before it retries a server list it has
+// gone through, so with a single server (or short session timeouts) a grace
+// under a second turns every reconnection into a reported loss. These
+// signals need the session's events: [Dial] receives them itself; with
+// [New] pass the event channel from zk.Connect through [WithEvents].
+// Without events Done closes only when a Refresh (Do and WithAutoRenew
+// refresh every TTL/3) finds the znode gone.
+//
+// It requires ZooKeeper 3.5.3 or newer (container znodes).
+package zookeeper

@@ -1,0 +1,139 @@
+package zookeeper
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
+)
+
+// Defaults.
+const (
+	// DefaultBasePath is the znode under which locks live.
+	DefaultBasePath = "/distlock"
+	// ConnectTimeout bounds how long Dial waits for a first session
+	// (within its ctx) before failing with ErrUnavailable.
+	ConnectTimeout = 5 * time.Second
+	// DefaultSessionTimeout is the session timeout Dial asks for.
+	DefaultSessionTimeout = 10 * time.Second
+)
+
+type (
+	sessionTimeoutKey struct{}
+	graceKey          struct{}
+	basePathKey       struct{}
+	eventsKey         struct{}
+	connOptionsKey    struct{}
+	aclKey            struct{}
+	ensembleSizeKey   struct{}
+)
+
+// WithSessionTimeout sets the session timeout. Dial asks the server for it
+// (default 10s); the server clamps it into its own [min, max] range, and
+// Dial's loss notice follows the smallest timeout the server granted the
+// session. With New, pass the smallest timeout the server granted the
+// *zk.Conn's session, at its creation or since (or less): it bounds the
+// disconnect grace.
+func WithSessionTimeout(d time.Duration) distlock.Option {
+	if d <= 0 || d > distlock.MaxTTL {
+		return driver.InvalidOption("zookeeper: session timeout %v out of range", d)
+	}
+	return driver.BackendOption("zookeeper", "WithSessionTimeout", sessionTimeoutKey{}, d)
+}
+
+// WithDisconnectGrace sets how long after a disconnection the session's
+// leases are reported lost unless the client is back in the session. Zero
+// reports the loss at the first disconnect, as Curator recommends for
+// locks. With Dial the default is a quarter of the session timeout T the
+// server granted (the smallest it granted the session), and a grace of
+// 2T/3 or more is refused: whatever the grace, Dial reports the loss once
+// the server has been silent for 2T/3. With New the default is zero, and a
+// nonzero grace needs WithSessionTimeout and must be under a third of it,
+// less the link's round trip. See the package documentation for why.
+func WithDisconnectGrace(d time.Duration) distlock.Option {
+	if d < 0 {
+		return driver.InvalidOption("zookeeper: disconnect grace %v is negative", d)
+	}
+	return driver.BackendOption("zookeeper", "WithDisconnectGrace", graceKey{}, d)
+}
+
+// WithBasePath sets the znode under which locks live (default "/distlock"):
+// an absolute path, not the root, without a trailing slash. Missing
+// ancestors are created as persistent znodes.
+func WithBasePath(p string) distlock.Option {
+	if err := validBase(p); err != nil {
+		return driver.InvalidOption("zookeeper: base path %q: %v", p, err)
+	}
+	return driver.BackendOption("zookeeper", "WithBasePath", basePathKey{}, p)
+}
+
+// WithEvents hands New the event channel that zk.Connect returned with the
+// *zk.Conn. The Locker then drains it (do not read it elsewhere) and learns
+// of disconnections and session expiry, which close lost leases' Done.
+func WithEvents(ch <-chan zk.Event) distlock.Option {
+	if ch == nil {
+		return driver.InvalidOption("zookeeper: nil event channel")
+	}
+	return driver.BackendOption("zookeeper", "WithEvents", eventsKey{}, ch)
+}
+
+// WithConnOptions passes options such as zk.WithLogger or zk.WithDialer to
+// the zk.Connect that Dial makes. By default Dial sends the client's log
+// lines to the distlock logger (WithLogger) at debug level. Dial installs
+// its own zk.WithEventCallback after these options, replacing any given
+// here: to see the events yourself, connect with zk.Connect and use New.
+func WithConnOptions(opts ...func(*zk.Conn)) distlock.Option {
+	for _, o := range opts {
+		if o == nil {
+			return driver.InvalidOption("zookeeper: nil connection option")
+		}
+	}
+	return driver.BackendOption("zookeeper", "WithConnOptions", connOptionsKey{}, opts)
+}
+
+// WithACL sets the ACL of the znodes the Locker creates (default
+// zk.WorldACL(zk.PermAll)).
+func WithACL(acl []zk.ACL) distlock.Option {
+	if len(acl) == 0 {
+		return driver.InvalidOption("zookeeper: empty ACL")
+	}
+	return driver.BackendOption("zookeeper", "WithACL", aclKey{}, acl)
+}
+
+// WithEnsembleSize declares how many servers the ensemble has, for
+// Guarantees().FailuresTolerated ((n−1)/2). Dial counts its server list by
+// default; New assumes a standalone server unless told.
+func WithEnsembleSize(n int) distlock.Option {
+	if n < 1 {
+		return driver.InvalidOption("zookeeper: ensemble size %d", n)
+	}
+	return driver.BackendOption("zookeeper", "WithEnsembleSize", ensembleSizeKey{}, n)
+}
+
+// validBase checks a base path: absolute, not the root, no empty, "." or
+// ".." segments, no trailing slash, no control characters.
+func validBase(p string) error {
+	if !strings.HasPrefix(p, "/") || p == "/" {
+		return errors.New("must be an absolute path below the root")
+	}
+	for _, seg := range strings.Split(p[1:], "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("bad segment %q", seg)
+		}
+	}
+	if p == "/zookeeper" || strings.HasPrefix(p, "/zookeeper/") {
+		return errors.New("/zookeeper is reserved")
+	}
+	for _, r := range p {
+		if unicode.IsControl(r) || r == unicode.ReplacementChar {
+			return errors.New("holds a control or invalid character")
+		}
+	}
+	return nil
+}
