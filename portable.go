@@ -7,10 +7,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	mrand "math/rand/v2"
+	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -158,9 +161,19 @@ func (l *locker) acquire(ctx context.Context, key string, opts []Option, wait, r
 		start time.Time
 	)
 	if wait && l.mode == driver.WaitQueue {
-		// The server's queue; Lock leaves nothing behind on failure.
-		start = now()
-		g, err = l.b.Lock(bctx, req)
+		// The server's queue; Lock leaves nothing behind on failure, so a
+		// server out of reach is simply tried again.
+		for attempt := 0; ; attempt++ {
+			start = now()
+			g, err = l.b.Lock(bctx, req)
+			if err == nil || !transient(err) || bctx.Err() != nil {
+				break
+			}
+			l.log(slog.LevelWarn, "server unavailable; retrying", key, err)
+			if driver.Sleep(bctx, backoff(&o, attempt)) != nil {
+				break // err is the last failure; acquireError adds ctx's
+			}
+		}
 	} else if wait {
 		g, start, err = l.poll(bctx, &req, &o)
 	} else {
@@ -197,14 +210,31 @@ func (l *locker) acquireError(ctx, bctx context.Context, key string, err error) 
 		if !errors.Is(err, ErrNotAcquired) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 			// Keep what the server said: "deadline exceeded" alone hides
 			// a dead server.
-			return fmt.Errorf("%w (last error: %v)", waitEnded(key, cerr), err)
+			return fmt.Errorf("%w (last error: %w)", waitEnded(key, cerr), unavailable(err))
 		}
 		return waitEnded(key, cerr)
 	}
 	if errors.Is(err, ErrNotAcquired) {
 		return err
 	}
-	return fmt.Errorf("distlock: %s: acquire %q: %w", l.name, key, err)
+	return fmt.Errorf("distlock: %s: acquire %q: %w", l.name, key, unavailable(err))
+}
+
+// transient reports whether err says the server could not be reached (as
+// opposed to an answer): a waiting Acquire tries again after it.
+func transient(err error) bool {
+	var ne net.Error
+	return errors.Is(err, ErrUnavailable) || errors.As(err, &ne) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// unavailable makes a network failure match ErrUnavailable too.
+func unavailable(err error) error {
+	if transient(err) && !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
 }
 
 // abandon gives back, in the background, whatever an attempt whose outcome
@@ -282,6 +312,15 @@ func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settin
 		g, err := l.b.TryLock(ctx, *req)
 		if err != nil && !errors.Is(err, ErrNotAcquired) {
 			l.abandon(*req, o)
+		}
+		if err != nil && transient(err) && ctx.Err() == nil {
+			// Out of reach for now: wait as for a held key, and keep the
+			// error for the caller if ctx ends first.
+			l.log(slog.LevelWarn, "server unavailable; retrying", req.Key, err)
+			if driver.Sleep(ctx, backoff(o, attempt)) != nil {
+				return driver.Grant{}, time.Time{}, err
+			}
+			continue
 		}
 		if err == nil || !errors.Is(err, ErrNotAcquired) {
 			return g, start, err
