@@ -43,22 +43,29 @@ func openURL(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Ba
 	if err := driver.Reachable(ctx, servers, ConnectTimeout); err != nil {
 		return nil, err
 	}
-	return DialBackend(ctx, servers, append(urlOpts, opts...)...)
+	return dialBackend(ctx, servers, append(urlOpts, opts...))
 }
 
 // Dial connects to the servers (host:port each), waits for a session until
 // ctx ends, and returns a Locker that owns the connection: Close ends the
 // session, which frees every lock still held.
+//
+// Dial exists beside New because only a connection the backend dials itself
+// can be watched for the session timeout the server granted and for the
+// server's last answer (see the package documentation). To wrap such a
+// backend (middleware), get it from the "zk" URL opener, driver.Lookup("zk"),
+// which dials the same way.
 func Dial(ctx context.Context, servers []string, opts ...distlock.Option) (distlock.Locker, error) {
-	b, err := DialBackend(ctx, servers, opts...)
+	b, err := dialBackend(ctx, servers, opts)
 	if err != nil {
 		return nil, err
 	}
 	return distlock.New(b, opts...) // closes b if it fails
 }
 
-// DialBackend is Dial's raw Backend, for wrapping (tests, middleware).
-func DialBackend(ctx context.Context, servers []string, opts ...distlock.Option) (driver.Backend, error) {
+// dialBackend is Dial's raw Backend: Dial, the zk:// opener and this
+// package's tests wrap it.
+func dialBackend(ctx context.Context, servers []string, opts []distlock.Option) (driver.Backend, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", distlock.ErrInvalidOption)
 	}

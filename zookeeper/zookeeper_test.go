@@ -81,7 +81,7 @@ func (h *zkHarness) harness() conformance.Harness {
 
 func (h *zkHarness) newLocker(ctx context.Context, opts ...distlock.Option) (distlock.Locker, error) {
 	r := newRelay(h.t, h.srv.Addr(), &h.book)
-	b, err := DialBackend(ctx, []string{r.addr()}, append([]distlock.Option{WithSessionTimeout(sessionTimeout)}, opts...)...)
+	b, err := dialBackend(ctx, []string{r.addr()}, append([]distlock.Option{WithSessionTimeout(sessionTimeout)}, opts...))
 	if err != nil {
 		return nil, err
 	}
