@@ -1,0 +1,58 @@
+package testserver
+
+import "time"
+
+// config holds the settings that Options change.
+type config struct {
+	startTimeout     time.Duration
+	redisAppendFsync string // "" = no persistence at all
+	etcdHeartbeat    time.Duration
+	etcdElection     time.Duration
+	zkTick           time.Duration
+	zkMaxSession     time.Duration // 0: 60 s
+	pgFsync          bool
+}
+
+// Option changes how a server is configured.
+type Option func(*config)
+
+func newConfig(opts []Option) *config {
+	c := &config{
+		etcdHeartbeat: 50 * time.Millisecond,
+		etcdElection:  500 * time.Millisecond,
+		zkTick:        100 * time.Millisecond,
+		pgFsync:       true,
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// WithStartTimeout bounds how long a start waits for the server to become
+// ready (default 15 s; 30 s for ZooKeeper).
+func WithStartTimeout(d time.Duration) Option { return func(c *config) { c.startTimeout = d } }
+
+// WithRedisAppendFsync turns on Redis's append-only file with the given
+// appendfsync policy: "always", "everysec" or "no". Without it Redis persists
+// nothing, so a restart starts empty.
+func WithRedisAppendFsync(policy string) Option {
+	return func(c *config) { c.redisAppendFsync = policy }
+}
+
+// WithEtcdTiming sets etcd's raft heartbeat interval and election timeout
+// (default 50 ms and 500 ms, so elections after a fault are fast).
+func WithEtcdTiming(heartbeat, election time.Duration) Option {
+	return func(c *config) { c.etcdHeartbeat, c.etcdElection = heartbeat, election }
+}
+
+// WithZKTickTime sets ZooKeeper's tickTime (default 100 ms). The server
+// accepts session timeouts from 2 ticks up to 60 s.
+func WithZKTickTime(d time.Duration) Option { return func(c *config) { c.zkTick = d } }
+
+// WithZKMaxSessionTimeout sets ZooKeeper's maxSessionTimeout (default 60 s):
+// the server grants no client a longer session timeout than this.
+func WithZKMaxSessionTimeout(d time.Duration) Option { return func(c *config) { c.zkMaxSession = d } }
+
+// WithPostgresFsync turns PostgreSQL's fsync setting on (the default) or off.
+func WithPostgresFsync(on bool) Option { return func(c *config) { c.pgFsync = on } }
