@@ -47,11 +47,7 @@ func (c *RedisCluster) Shard(ctx context.Context, key string) (master, replica *
 // the socket buffer and be applied on SIGCONT.) The cut is not undone;
 // Failover promotes the replica with what it has.
 func (c *RedisCluster) CutOff(ctx context.Context, replica *Server) error {
-	r, err := c.index(replica)
-	if err != nil {
-		return err
-	}
-	m, err := c.masterOf(ctx, r)
+	r, m, err := c.masterOf(ctx, replica)
 	if err != nil {
 		return err
 	}
@@ -94,11 +90,7 @@ func (c *RedisCluster) CutOff(ctx context.Context, replica *Server) error {
 // every live node sees replica as the master of those slots and reports
 // cluster_state:ok.
 func (c *RedisCluster) Failover(ctx context.Context, replica *Server) error {
-	r, err := c.index(replica)
-	if err != nil {
-		return err
-	}
-	m, err := c.masterOf(ctx, r)
+	r, m, err := c.masterOf(ctx, replica)
 	if err != nil {
 		return err
 	}

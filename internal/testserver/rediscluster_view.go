@@ -35,22 +35,27 @@ func (c *RedisCluster) byID(id string) *Server {
 	return nil
 }
 
-// masterOf returns the index of the master replica r follows, by r's own view.
-func (c *RedisCluster) masterOf(ctx context.Context, r int) (int, error) {
+// masterOf returns the indexes of replica and of the master it follows, by
+// replica's own view.
+func (c *RedisCluster) masterOf(ctx context.Context, replica *Server) (r, m int, err error) {
+	r, err = c.index(replica)
+	if err != nil {
+		return -1, -1, err
+	}
 	view, err := c.view(ctx, r)
 	if err != nil {
-		return -1, err
+		return -1, -1, err
 	}
 	me := view[c.ids[r]]
 	if !me.flags["slave"] {
-		return -1, fmt.Errorf("testserver: %s is not a replica", c.Nodes[r].Addr())
+		return -1, -1, fmt.Errorf("testserver: %s is not a replica", c.Nodes[r].Addr())
 	}
 	for i, id := range c.ids {
 		if id == me.master {
-			return i, nil
+			return r, i, nil
 		}
 	}
-	return -1, fmt.Errorf("testserver: %s follows unknown node %q", c.Nodes[r].Addr(), me.master)
+	return -1, -1, fmt.Errorf("testserver: %s follows unknown node %q", c.Nodes[r].Addr(), me.master)
 }
 
 func (c *RedisCluster) stateOK(ctx context.Context, i int) error {
