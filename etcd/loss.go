@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/distlock/distlock/driver"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -48,11 +49,7 @@ func (b *backend) watchLoss(h *handle, from int64) bool {
 		// has been held a little while. Starting at from, it misses nothing
 		// that happened meanwhile. (Watch also blocks for a round trip,
 		// which this keeps off the acquire's path.)
-		t := time.NewTimer(lossWatchDelay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if driver.Sleep(ctx, lossWatchDelay) != nil {
 			return
 		}
 		wch := b.cli.Watch(ctx, h.key, clientv3.WithRev(from), clientv3.WithFilterPut())
