@@ -1,6 +1,14 @@
 // Package zookeeper is the ZooKeeper backend of distlock, on
 // github.com/go-zookeeper/zk, behind "zk://" URLs.
 //
+// # Constructors
+//
+// [New] runs on a *zk.Conn the caller made and keeps. [Dial] makes the
+// connection itself, owns it, and watches it (see "Loss notice before
+// takeover" below), as does distlock.Open with a zk:// URL. [NewBackend] is
+// New's raw driver.Backend, for wrapping (tests, middleware); a dialled raw
+// Backend comes from the URL opener, driver.Lookup("zk").
+//
 // # Algorithm
 //
 // A lock on key lives under base/<escaped key>/ (a container znode, which
