@@ -27,28 +27,54 @@ func testConcurrentCounter(t *testing.T, pool *pgxpool.Pool) {
 	const r = "counter"
 	mustExec(t, pool, `INSERT INTO data (resource, value, n) VALUES ($1, '', 0)`, r)
 	const workers, rounds = 12, 15
-	var next atomic.Int64
-	var accepted, stale atomic.Int64
+	accepted, stale, last := contend(t, workers, rounds, func(token distlock.Token) error {
+		return fencing.WithGuard(ctx, pool, r, fence(token), func(tx pgx.Tx) error {
+			var n int64
+			if err := tx.QueryRow(ctx, `SELECT n FROM data WHERE resource = $1`, r).Scan(&n); err != nil {
+				return err
+			}
+			time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+			_, err := tx.Exec(ctx, `UPDATE data SET n = $2 WHERE resource = $1`, r, n+1)
+			return err
+		})
+	})
+	var n int64
+	if err := pool.QueryRow(ctx, `SELECT n FROM data WHERE resource = $1`, r).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d commits, %d stale rejections, counter %d", accepted, stale, n)
+	if accepted+stale != workers*rounds {
+		t.Fatalf("%d + %d outcomes, want %d", accepted, stale, workers*rounds)
+	}
+	if accepted == 0 {
+		t.Fatal("no transaction committed")
+	}
+	if n != accepted {
+		t.Fatalf("counter = %d but %d transactions committed: lost updates", n, accepted)
+	}
+	if got := stored(t, pool, r); got > last || got <= 0 {
+		t.Fatalf("fence = %d, outside the tokens handed out (1..%d)", got, last)
+	}
+}
+
+// contend has workers goroutines make rounds attempts each, every attempt
+// with the next token from one counter, and counts the attempts that
+// committed and those refused with ErrStaleToken; any other error fails the
+// test. last is the last token handed out.
+func contend(t *testing.T, workers, rounds int, attempt func(distlock.Token) error) (accepted, stale int64, last distlock.Token) {
+	t.Helper()
+	var next, acc, st atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	for range workers {
 		wg.Go(func() {
 			for range rounds {
-				token := distlock.Token(next.Add(1))
-				err := fencing.WithGuard(ctx, pool, r, fence(token), func(tx pgx.Tx) error {
-					var n int64
-					if err := tx.QueryRow(ctx, `SELECT n FROM data WHERE resource = $1`, r).Scan(&n); err != nil {
-						return err
-					}
-					time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
-					_, err := tx.Exec(ctx, `UPDATE data SET n = $2 WHERE resource = $1`, r, n+1)
-					return err
-				})
+				err := attempt(distlock.Token(next.Add(1)))
 				switch {
 				case err == nil:
-					accepted.Add(1)
+					acc.Add(1)
 				case errors.Is(err, fencing.ErrStaleToken):
-					stale.Add(1)
+					st.Add(1)
 				default:
 					errs <- err
 					return
@@ -61,23 +87,7 @@ func testConcurrentCounter(t *testing.T, pool *pgxpool.Pool) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	var n int64
-	if err := pool.QueryRow(ctx, `SELECT n FROM data WHERE resource = $1`, r).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d commits, %d stale rejections, counter %d", accepted.Load(), stale.Load(), n)
-	if accepted.Load()+stale.Load() != workers*rounds {
-		t.Fatalf("%d + %d outcomes, want %d", accepted.Load(), stale.Load(), workers*rounds)
-	}
-	if accepted.Load() == 0 {
-		t.Fatal("no transaction committed")
-	}
-	if n != accepted.Load() {
-		t.Fatalf("counter = %d but %d transactions committed: lost updates", n, accepted.Load())
-	}
-	if got := stored(t, pool, r); got > distlock.Token(next.Load()) || got <= 0 {
-		t.Fatalf("fence = %d, outside the tokens handed out (1..%d)", got, next.Load())
-	}
+	return acc.Load(), st.Load(), distlock.Token(next.Load())
 }
 
 // testMemoryLockPause is the story the guard exists for, with a real lock:

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -148,47 +146,25 @@ func testUpdateRowConcurrent(t *testing.T, pool *pgxpool.Pool) {
 			Key: []fencing.Column{{Name: "id", Value: 1}}, Set: set}
 	}
 	const workers, rounds = 8, 10
-	var next, accepted, stale atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for range workers {
-		wg.Go(func() {
-			for range rounds {
-				token := distlock.Token(next.Add(1))
-				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					if err := fencing.UpdateRow(ctx, tx, row(), fence(token)); err != nil {
-						return err
-					}
-					var n int64
-					if err := tx.QueryRow(ctx, `SELECT n FROM counters WHERE id = 1`).Scan(&n); err != nil {
-						return err
-					}
-					time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
-					return fencing.UpdateRow(ctx, tx, row(fencing.Column{Name: "n", Value: n + 1}), fence(token))
-				})
-				switch {
-				case err == nil:
-					accepted.Add(1)
-				case errors.Is(err, fencing.ErrStaleToken):
-					stale.Add(1)
-				default:
-					errs <- err
-					return
-				}
+	accepted, stale, _ := contend(t, workers, rounds, func(token distlock.Token) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if err := fencing.UpdateRow(ctx, tx, row(), fence(token)); err != nil {
+				return err
 			}
+			var n int64
+			if err := tx.QueryRow(ctx, `SELECT n FROM counters WHERE id = 1`).Scan(&n); err != nil {
+				return err
+			}
+			time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+			return fencing.UpdateRow(ctx, tx, row(fencing.Column{Name: "n", Value: n + 1}), fence(token))
 		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	})
 	var n int64
 	if err := pool.QueryRow(ctx, `SELECT n FROM counters WHERE id = 1`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d commits, %d stale rejections, counter %d", accepted.Load(), stale.Load(), n)
-	if accepted.Load() == 0 || n != accepted.Load() {
-		t.Fatalf("counter = %d, commits = %d: want equal and positive", n, accepted.Load())
+	t.Logf("%d commits, %d stale rejections, counter %d", accepted, stale, n)
+	if accepted == 0 || n != accepted {
+		t.Fatalf("counter = %d, commits = %d: want equal and positive", n, accepted)
 	}
 }
