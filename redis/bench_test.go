@@ -13,8 +13,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/internal/testserver"
-	"github.com/distlock/distlock/redis"
 )
 
 // Run with: go test -run '^$' -bench . -benchtime 2s ./redis/
@@ -53,13 +53,13 @@ func BenchmarkUncontended(b *testing.B) {
 	})
 	b.Run("AcquireOn+ReleaseOn", func(b *testing.B) {
 		c := newClient(b, srv.Addr())
-		k := redis.KeysFor("bench:", "node")
+		k := redisnode.KeysFor("bench:", "node")
 		for b.Loop() {
-			r, err := redis.AcquireOn(ctx, c, k, "owner", benchTTL)
+			r, err := redisnode.AcquireOn(ctx, c, k, "owner", benchTTL)
 			if err != nil || !r.Acquired {
 				b.Fatal(r, err)
 			}
-			if ok, err := redis.ReleaseOn(ctx, c, k, "owner", 0); err != nil || !ok {
+			if ok, err := redisnode.ReleaseOn(ctx, c, k, "owner", 0); err != nil || !ok {
 				b.Fatal(ok, err)
 			}
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/conformance"
+	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/redis"
 )
 
@@ -93,7 +94,7 @@ func TestClusterConformance(t *testing.T) {
 		t.Fatalf("CLUSTER KEYSLOT somekey = %d, %v", n, err)
 	}
 	for _, key := range []string{"orders/42", "a}b", "}x", "{"} {
-		k := redis.KeysFor(redis.DefaultPrefix, key)
+		k := redisnode.KeysFor(redis.DefaultPrefix, key)
 		s1, s2, s3 := admin.ClusterKeySlot(ctx, k.Lock).Val(), admin.ClusterKeySlot(ctx, k.Counter).Val(), admin.ClusterKeySlot(ctx, k.Channel).Val()
 		if s1 != s2 || s1 != s3 || int(s1) != clusterSlot(k.Lock) {
 			t.Errorf("key %q: slots %d %d %d (test's own: %d)", key, s1, s2, s3, clusterSlot(k.Lock))

@@ -48,24 +48,27 @@ func Example_open() {
 	defer lease.Release(ctx)
 }
 
-// The node-level surface, as a multi-node backend uses it: one script run
-// per call on one server.
-func ExampleAcquireOn() {
+// The Redis keys behind a lease, for monitoring or debugging: Lease.As
+// fills in a Keys (for a lease of package redlock too). (No Output: it
+// needs a server.)
+func ExampleKeys() {
 	ctx := context.Background()
-	node := goredis.NewClient(&goredis.Options{Addr: "localhost:6379"})
-	defer node.Close()
-	k := redis.KeysFor(redis.DefaultPrefix, "job/7")
-	const owner = "3f2a…random per lease"
-	r, err := redis.AcquireOn(ctx, node, k, owner, 30*time.Second)
-	switch {
-	case err != nil:
+	client := goredis.NewClient(&goredis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+	defer client.Close()
+	locker, err := redis.New(client)
+	if err != nil {
 		log.Fatal(err)
-	case !r.Acquired:
-		fmt.Println("held; expires in", r.HolderTTL)
-		return
 	}
-	fmt.Println("token", r.Token)
-	if _, err := redis.ReleaseOn(ctx, node, k, owner, 0); err != nil {
+	defer locker.Close()
+	lease, err := locker.TryAcquire(ctx, "job/7", distlock.WithTTL(30*time.Second))
+	if err != nil {
 		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+
+	var k redis.Keys
+	if lease.As(&k) {
+		fmt.Println("lock", k.Lock, "expires in", client.PTTL(ctx, k.Lock).Val())
+		fmt.Println("token counter", k.Counter, "=", client.Get(ctx, k.Counter).Val())
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/fencing"
+	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/redis"
 )
@@ -60,7 +61,7 @@ func TestFailoverToLaggingReplica(t *testing.T) {
 	defer cancel()
 
 	const key = "issue13"
-	keys := redis.KeysFor(redis.DefaultPrefix, key)
+	keys := redisnode.KeysFor(redis.DefaultPrefix, key)
 	master, replica, err := cl.Shard(ctx, keys.Lock)
 	if err != nil {
 		t.Fatal(err)

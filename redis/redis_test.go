@@ -2,7 +2,6 @@ package redis_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
@@ -10,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,7 +18,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/conformance"
-	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/internal/testutil"
 	"github.com/distlock/distlock/redis"
@@ -69,7 +67,7 @@ func harness(admin goredis.UniversalClient, client func() goredis.UniversalClien
 		},
 		Crash: reg.Crash,
 		ForceExpire: func(ctx context.Context, key string) error {
-			n, err := admin.Del(ctx, redis.KeysFor(prefix, key).Lock).Result()
+			n, err := admin.Del(ctx, redisnode.KeysFor(prefix, key).Lock).Result()
 			if err != nil {
 				return err
 			}
@@ -138,7 +136,7 @@ func TestHandOffWithoutPolling(t *testing.T) {
 	}()
 	// Wait until the waiter's subscription is live, then give it a moment
 	// for the one retry it makes once subscribed.
-	channel := redis.KeysFor(redis.DefaultPrefix, key).Channel
+	channel := redisnode.KeysFor(redis.DefaultPrefix, key).Channel
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		m, err := admin.PubSubNumSub(ctx, channel).Result()
@@ -189,7 +187,7 @@ func TestHandOffWithoutPolling(t *testing.T) {
 
 func scriptSHA(t *testing.T, name string) string {
 	t.Helper()
-	src, err := os.ReadFile("lua/" + name + ".lua")
+	src, err := os.ReadFile("../internal/redisnode/lua/" + name + ".lua")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +292,7 @@ func TestKeyLayoutHashTag(t *testing.T) {
 	keys := []string{"orders/42", "a}b", "}x", "{x}", "%7D", "a%7Db", "naïve", "a{b}c", "}", "{", "%"}
 	seen := map[string]string{}
 	for _, key := range keys {
-		k := redis.KeysFor(redis.DefaultPrefix, key)
+		k := redisnode.KeysFor(redis.DefaultPrefix, key)
 		if s1, s2, s3 := slot(k.Lock), slot(k.Counter), slot(k.Channel); s1 != s2 || s1 != s3 {
 			t.Errorf("key %q: lock %q slot %d, counter %q slot %d, channel %q slot %d", key, k.Lock, s1, k.Counter, s2, k.Channel, s3)
 		}
@@ -306,8 +304,8 @@ func TestKeyLayoutHashTag(t *testing.T) {
 		}
 		seen[k.Lock] = key
 	}
-	if want := "distlock:{orders/42}"; redis.KeysFor(redis.DefaultPrefix, "orders/42").Lock != want {
-		t.Errorf("layout changed: %q", redis.KeysFor(redis.DefaultPrefix, "orders/42").Lock)
+	if want := "distlock:{orders/42}"; redisnode.KeysFor(redis.DefaultPrefix, "orders/42").Lock != want {
+		t.Errorf("layout changed: %q", redisnode.KeysFor(redis.DefaultPrefix, "orders/42").Lock)
 	}
 
 	// The keys on the server are the documented ones: the lock expires, the
@@ -318,7 +316,7 @@ func TestKeyLayoutHashTag(t *testing.T) {
 		t.Fatal(err)
 	}
 	var k redis.Keys
-	if !ls.As(&k) || k != redis.KeysFor("app:", "a}b") {
+	if !ls.As(&k) || k != redisnode.KeysFor("app:", "a}b") {
 		t.Fatalf("Lease.As(*Keys) = %+v", k)
 	}
 	if pttl := admin.PTTL(ctx, k.Lock).Val(); pttl <= 0 || pttl > time.Minute {
@@ -433,7 +431,7 @@ func TestWaitReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := redis.KeysFor(redis.DefaultPrefix, "replicated")
+	k := redisnode.KeysFor(redis.DefaultPrefix, "replicated")
 	// WAIT returned, so the replica has the counter already.
 	if v := replica.Get(ctx, k.Counter).Val(); v != ls.Token().String() {
 		t.Fatalf("replica's counter = %q right after a WAITed acquire, want %d", v, ls.Token())
@@ -506,198 +504,6 @@ func TestEvictionCheck(t *testing.T) {
 	defer c.Close()
 	if _, err := redis.New(c, redis.WithEvictionCheck(redis.EvictionRefuse)); !errors.Is(err, redis.ErrEvictionPolicy) {
 		t.Errorf("refuse mode on a down server: want ErrEvictionPolicy, got %v", err)
-	}
-}
-
-func TestRaiseToken(t *testing.T) {
-	srv := testserver.Redis(t)
-	c := newClient(t, srv.Addr())
-	ctx := t.Context()
-	k := redis.KeysFor("raise:", "k")
-	before := time.Now().Add(-time.Minute).UnixMicro() // the server's clock is this machine's
-	r, err := redis.AcquireOn(ctx, c, k, "me", time.Minute)
-	if err != nil || !r.Acquired || int64(r.Token) < before || int64(r.Token) > time.Now().Add(time.Minute).UnixMicro() {
-		t.Fatalf("AcquireOn on a missing counter = %+v, %v; want a token from the server's TIME in µs", r, err)
-	}
-	seed := r.Token
-	held, err := redis.AcquireOn(ctx, c, k, "you", time.Minute)
-	if err != nil || held.Acquired || held.HolderTTL <= 0 || held.HolderTTL > time.Minute {
-		t.Fatalf("AcquireOn on a held key = %+v, %v", held, err)
-	}
-	big := distlock.Token(1<<62 + 1) // beyond Lua's exact doubles
-	for _, tc := range []struct {
-		owner string
-		token distlock.Token
-		ok    bool
-		want  string
-	}{
-		{"me", seed + 5, true, (seed + 5).String()},
-		{"me", seed + 3, true, (seed + 5).String()}, // never lowered
-		{"you", seed + 9, false, (seed + 5).String()},
-		{"me", big, true, big.String()},
-		{"me", big - 1, true, big.String()},
-	} {
-		ok, err := redis.RaiseTokenOn(ctx, c, k, tc.owner, tc.token)
-		if err != nil || ok != tc.ok {
-			t.Fatalf("RaiseTokenOn(%s, %d) = %v, %v; want %v", tc.owner, tc.token, ok, err, tc.ok)
-		}
-		if v := c.Get(ctx, k.Counter).Val(); v != tc.want {
-			t.Fatalf("after RaiseTokenOn(%s, %d) the counter is %s, want %s", tc.owner, tc.token, v, tc.want)
-		}
-	}
-	if ok, err := redis.RefreshOn(ctx, c, k, "you", time.Minute); err != nil || ok {
-		t.Fatalf("RefreshOn by another owner = %v, %v", ok, err)
-	}
-	if ok, err := redis.ReleaseOn(ctx, c, k, "me", 0); err != nil || !ok {
-		t.Fatalf("ReleaseOn = %v, %v", ok, err)
-	}
-	r, err = redis.AcquireOn(ctx, c, k, "you", time.Millisecond/2) // rounds up to 1ms, not PX 0
-	if err != nil || !r.Acquired || r.Token != big+1 {
-		t.Fatalf("AcquireOn after raise = %+v, %v; want token %d", r, err, big+1)
-	}
-	// A counter ahead of the clock just increments, exactly past 2^53; one
-	// behind the clock (a restart from an old snapshot, a lagging replica)
-	// jumps to it.
-	time.Sleep(5 * time.Millisecond)
-	r, err = redis.AcquireOn(ctx, c, k, "me", time.Millisecond)
-	if err != nil || !r.Acquired || r.Token != big+2 {
-		t.Fatalf("AcquireOn with a counter ahead of the clock = %+v, %v; want %d", r, err, big+2)
-	}
-	time.Sleep(5 * time.Millisecond)
-	if err := c.Set(ctx, k.Counter, "7", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	r, err = redis.AcquireOn(ctx, c, k, "me", time.Minute)
-	if err != nil || !r.Acquired || int64(r.Token) < before {
-		t.Fatalf("AcquireOn with a counter of 7 = %+v, %v; want a token from the server's clock", r, err)
-	}
-	// The same attempt sent again (a client retry after a lost reply) gets
-	// its own lock and token back, not "held".
-	again, err := redis.AcquireOn(ctx, c, k, "me", time.Minute)
-	if err != nil || !again.Acquired || again.Token != r.Token {
-		t.Fatalf("AcquireOn resent by the same owner = %+v, %v; want acquired with token %d", again, err, r.Token)
-	}
-	if ok, err := redis.ReleaseOn(ctx, c, k, "me", 0); err != nil || !ok {
-		t.Fatalf("ReleaseOn = %v, %v", ok, err)
-	}
-	// A corrupt counter fails the acquire and leaves no lock behind.
-	if err := c.Set(ctx, k.Counter, "not a number", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := redis.AcquireOn(ctx, c, k, "me", time.Minute); err == nil {
-		t.Fatal("AcquireOn with a corrupt counter succeeded")
-	}
-	if n := c.Exists(ctx, k.Lock).Val(); n != 0 {
-		t.Fatal("a failed acquire left its lock behind")
-	}
-}
-
-func readerGoroutines() int {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	return bytes.Count(buf, []byte("redis.(*Notifier).read("))
-}
-
-func TestNotifier(t *testing.T) {
-	srv := testserver.Redis(t)
-	admin := newClient(t, srv.Addr())
-	c := newClient(t, srv.Addr())
-	ctx := t.Context()
-	before := readerGoroutines()
-	n := redis.NewNotifier(c, "n:")
-	channel := redis.KeysFor("n:", "k").Channel
-	wait := func(s driver.Subscription, d time.Duration) error {
-		wctx, cancel := context.WithTimeout(ctx, d)
-		defer cancel()
-		return s.Wait(wctx)
-	}
-
-	s1, err := n.Subscribe(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if readerGoroutines() != before {
-		t.Fatal("Subscribe started the reader before any Wait")
-	}
-	// The first Wait subscribes and returns once the subscription is live.
-	if err := wait(s1, 5*time.Second); err != nil {
-		t.Fatalf("first Wait: %v", err)
-	}
-	if m := admin.PubSubNumSub(ctx, channel).Val(); m[channel] != 1 {
-		t.Fatalf("after the first Wait the channel has %d subscribers", m[channel])
-	}
-	// Nothing published: Wait blocks until its context ends.
-	if err := wait(s1, 100*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Wait with no notice: %v", err)
-	}
-	// A notice that arrives before Wait is kept for it, for every
-	// subscription, including one made after the channel went live.
-	s2, _ := n.Subscribe(ctx, "k")
-	other, _ := n.Subscribe(ctx, "other")
-	if err := admin.Publish(ctx, channel, "").Err(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(200 * time.Millisecond)
-	for i, s := range []driver.Subscription{s1, s2} {
-		if err := wait(s, 50*time.Millisecond); err != nil {
-			t.Fatalf("subscription %d missed a notice sent before its Wait: %v", i+1, err)
-		}
-	}
-	if err := wait(other, 50*time.Millisecond); err != nil {
-		t.Fatalf("first Wait on another key: %v", err) // its subscription goes live
-	}
-	if err := wait(other, 100*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("a notice on k woke a waiter on another key: %v", err)
-	}
-
-	// A dropped connection wakes waiters; they subscribe again and see
-	// later notices.
-	errc := make(chan error, 1)
-	go func() { errc <- wait(s1, 10*time.Second) }()
-	time.Sleep(100 * time.Millisecond)
-	if err := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-errc; err != nil {
-		t.Fatalf("Wait across a dropped connection: %v", err)
-	}
-	if err := wait(s1, 5*time.Second); err != nil { // resubscribes
-		t.Fatalf("Wait after reconnect: %v", err)
-	}
-	time.Sleep(50 * time.Millisecond)
-	_ = wait(s1, 10*time.Millisecond) // drain a notice from the reconnect, if any
-	if err := admin.Publish(ctx, channel, "").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := wait(s1, 5*time.Second); err != nil {
-		t.Fatalf("notice after reconnect: %v", err)
-	}
-
-	// The last Close of a channel unsubscribes it.
-	for _, s := range []driver.Subscription{s1, s2, other} {
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for admin.PubSubNumSub(ctx, channel).Val()[channel] != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("channel still subscribed after every subscription closed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	s3, _ := n.Subscribe(ctx, "k")
-	if err := n.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s3.Wait(ctx); !errors.Is(err, distlock.ErrClosed) {
-		t.Fatalf("Wait after Close: %v", err)
-	}
-	if _, err := n.Subscribe(ctx, "k"); !errors.Is(err, distlock.ErrClosed) {
-		t.Fatalf("Subscribe after Close: %v", err)
-	}
-	if got := readerGoroutines(); got != before {
-		t.Fatalf("%d reader goroutines left after Close", got-before)
 	}
 }
 

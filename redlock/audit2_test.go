@@ -16,8 +16,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/internal/testserver"
-	"github.com/distlock/distlock/redis"
 	"github.com/distlock/distlock/redlock"
 )
 
@@ -185,7 +185,7 @@ func TestSlowNodeAnswersBeforeCountedByClock(t *testing.T) {
 	if held := lockExists(t, admins, "distlock:", key); len(held) != 2 || held[0] != 0 || held[1] != 2 {
 		t.Fatalf("A's lock on %v, want [0 2]", held)
 	}
-	admins[0].Del(ctx, redis.KeysFor("distlock:", key).Lock) // clock jump on node 0
+	admins[0].Del(ctx, redisnode.KeysFor("distlock:", key).Lock) // clock jump on node 0
 	b, err := newLocker(t, srvs, nt).TryAcquire(ctx, key, distlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatalf("B: %v", err)
@@ -231,7 +231,7 @@ func resentRetake(t *testing.T, drop bool) {
 	if held := lockExists(t, admins, "distlock:", key); len(held) != 2 || held[0] != 0 || held[1] != 2 {
 		t.Fatalf("A's lock on %v, want [0 2]", held)
 	}
-	admins[0].Del(ctx, redis.KeysFor("distlock:", key).Lock) // clock jump on node 0
+	admins[0].Del(ctx, redisnode.KeysFor("distlock:", key).Lock) // clock jump on node 0
 	b, err := newLocker(t, srvs, nt).TryAcquire(ctx, key, distlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatalf("B: %v", err)
@@ -382,7 +382,7 @@ func TestAcquireStragglerCannotOutliveRelease(t *testing.T) {
 	released := time.Now()
 	time.Sleep(200 * time.Millisecond)
 	if held := lockExists(t, admins, "distlock:", key); len(held) > 0 {
-		pttl := admins[held[0]].PTTL(ctx, redis.KeysFor("distlock:", key).Lock).Val()
+		pttl := admins[held[0]].PTTL(ctx, redisnode.KeysFor("distlock:", key).Lock).Val()
 		t.Fatalf("%v after Release returned nil, the lock is on nodes %v (PTTL %v)", time.Since(released).Round(time.Millisecond), held, pttl)
 	}
 }
@@ -415,7 +415,7 @@ func TestRefreshStragglerCannotOutliveRelease(t *testing.T) {
 	released := time.Now()
 	time.Sleep(200 * time.Millisecond)
 	if held := lockExists(t, admins, "distlock:", key); len(held) > 0 {
-		pttl := admins[held[0]].PTTL(ctx, redis.KeysFor("distlock:", key).Lock).Val()
+		pttl := admins[held[0]].PTTL(ctx, redisnode.KeysFor("distlock:", key).Lock).Val()
 		t.Fatalf("%v after Release returned nil (it took %v), the lock is on nodes %v (PTTL %v)",
 			time.Since(released).Round(time.Millisecond), took.Round(time.Millisecond), held, pttl)
 	}

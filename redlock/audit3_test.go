@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/redis"
 	"github.com/distlock/distlock/redlock"
@@ -108,7 +109,7 @@ func TestShorterTTLUpdatesNodeExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	hs[2].cut.Store(true)
-	lockKey := redis.KeysFor(redis.DefaultPrefix, key).Lock
+	lockKey := redisnode.KeysFor(redis.DefaultPrefix, key).Lock
 	// Keep A alive on {0,1} while node 2's lock runs out.
 	for end := time.Now().Add(short + 200*time.Millisecond); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		if err := la.Refresh(ctx); err != nil {

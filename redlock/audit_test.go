@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/internal/testserver"
-	"github.com/distlock/distlock/redis"
 	"github.com/distlock/distlock/redlock"
 )
 
@@ -45,7 +45,7 @@ func TestNoRepairAfterUnreachableNodeExpired(t *testing.T) {
 	}
 
 	bL := newLocker(t, srvs, nt)
-	lockKey := redis.KeysFor("distlock:", key).Lock
+	lockKey := redisnode.KeysFor("distlock:", key).Lock
 	var b *distlock.Lease
 	for try := 0; b == nil; try++ {
 		if try == 50 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/redis"
 )
 
@@ -38,7 +39,7 @@ type backend struct {
 
 // handle is a Grant's Handle: Lease.As(*redis.Keys) reaches the lock's keys.
 type handle struct {
-	keys redis.Keys
+	keys redisnode.Keys
 
 	// mu guards the rest. Lease calls are serialised, but a refresh's
 	// late node calls may still run when the next call starts.
@@ -72,7 +73,7 @@ func (h *handle) learn(i int, seq uint64, until time.Time) {
 }
 
 func (h *handle) As(target any) bool {
-	if p, ok := target.(*redis.Keys); ok {
+	if p, ok := target.(*redis.Keys); ok { // an alias of redisnode.Keys
 		*p = h.keys
 		return true
 	}
@@ -236,14 +237,14 @@ func (b *backend) all() []int {
 
 func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	start := time.Now()
-	k := redis.KeysFor(b.prefix, req.Key)
+	k := redisnode.KeysFor(b.prefix, req.Key)
 	nt := b.timeout(req.TTL)
 	n := len(b.nodes)
 
 	// Phase 1. Each node's goroutine waits for the decision and, if the
 	// attempt failed, releases its node unless the node said "held" (so
 	// nothing of ours is there).
-	results := make([]redis.AcquireResult, n) // written before the reply is sent
+	results := make([]redisnode.AcquireResult, n) // written before the reply is sent
 	decided := make(chan struct{})
 	var failed atomic.Bool
 	var once sync.Once
@@ -256,7 +257,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	defer decide(false) // any early return is a failure
 	ch, dones := b.fanOut(ctx, b.all(), nt,
 		func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
-			r, err := redis.AcquireOn(ctx, c, k, req.Owner, req.TTL)
+			r, err := redisnode.AcquireOn(ctx, c, k, req.Owner, req.TTL)
 			results[i] = r
 			return r.Acquired, err
 		},
@@ -307,7 +308,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	h := &handle{keys: k, ours: make([]time.Time, n), oursSeq: make([]uint64, n)}
 	valid := start.Add(req.TTL - b.drift(req.TTL))
 	ch2, _ := b.fanOut(ctx, t1.yes, nt, func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
-		return redis.RaiseTokenOn(ctx, c, k, req.Owner, token)
+		return redisnode.RaiseTokenOn(ctx, c, k, req.Owner, token)
 	}, func(r reply) {
 		if r.err == nil && r.ok {
 			h.learn(r.i, 0, valid)
@@ -335,15 +336,15 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 // releaseNode gives node i's lock back after a failed attempt, even when the
 // caller's context has ended; bounded by nt. The tombstone (ttl) keeps a
 // late request of owner from setting the lock again.
-func (b *backend) releaseNode(ctx context.Context, i int, k redis.Keys, owner string, ttl, nt time.Duration) {
+func (b *backend) releaseNode(ctx context.Context, i int, k redisnode.Keys, owner string, ttl, nt time.Duration) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nt)
 	defer cancel()
-	_, _ = redis.ReleaseOn(rctx, b.nodes[i].client, k, owner, ttl)
+	_, _ = redisnode.ReleaseOn(rctx, b.nodes[i].client, k, owner, ttl)
 }
 
 // notAcquired is the error of a failed phase 1: a HeldError when a node said
 // the key is held, ErrNoQuorum otherwise.
-func (b *backend) notAcquired(key string, t tally, results []redis.AcquireResult, phase string) error {
+func (b *backend) notAcquired(key string, t tally, results []redisnode.AcquireResult, phase string) error {
 	n := len(b.nodes)
 	if len(t.no) > 0 {
 		var retry time.Duration
@@ -374,15 +375,15 @@ func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration
 	h.seq++
 	seq := h.seq
 	h.mu.Unlock()
-	results := make([]redis.Extended, n) // written before the reply is sent
+	results := make([]redisnode.Extended, n) // written before the reply is sent
 	// Extend where the lock is ours, take it back where it is missing: a
 	// lease that holds exactly a majority would otherwise die with any one
 	// node of it, contrary to the failures Redlock tolerates. Every answer,
 	// even one after the decision, updates what the handle knows.
 	ch, dones := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
-		r, err := redis.ExtendOn(ctx, c, h.keys, g.Owner, ttl, g.Token, nonce)
+		r, err := redisnode.ExtendOn(ctx, c, h.keys, g.Owner, ttl, g.Token, nonce)
 		results[i] = r
-		return r != redis.ExtendHeldByOther, err
+		return r != redisnode.ExtendHeldByOther, err
 	}, func(r reply) {
 		switch {
 		case r.err != nil:
@@ -411,7 +412,7 @@ func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration
 			case !now.Before(before[i]):
 			case failed || !t.answered[i]:
 				silent++
-			case results[i] == redis.ExtendRenewed:
+			case results[i] == redisnode.ExtendRenewed:
 				answered++
 			}
 		}
@@ -476,7 +477,7 @@ func (h *handle) settle(ctx context.Context, nt time.Duration) {
 }
 
 func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
-	k := redis.KeysFor(b.prefix, g.Key)
+	k := redisnode.KeysFor(b.prefix, g.Key)
 	ttl := g.TTL
 	if ttl <= 0 {
 		ttl = distlock.DefaultTTL
@@ -489,7 +490,7 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	// The tombstone keeps a straggling acquire or refresh of this lease
 	// from setting the lock again after the release.
 	ch, _ := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
-		return redis.ReleaseOn(ctx, c, k, g.Owner, ttl)
+		return redisnode.ReleaseOn(ctx, c, k, g.Owner, ttl)
 	}, nil)
 	// Waits for every node (up to the node timeout), not just a quorum: a
 	// TryAcquire right after Release must not find this lease's lock still

@@ -1,9 +1,10 @@
 // Package redlock is the Redlock backend of distlock: one lock over N
 // independent Redis nodes (N odd, at least 3), held while a majority
 // (quorum N/2+1) of them hold it. It serves "redlock://" URLs for
-// distlock.Open and runs, on each node, the scripts of package redis
-// ([redis.AcquireOn], [redis.RefreshOn], [redis.ReleaseOn],
-// [redis.RaiseTokenOn]) with its key layout ([redis.KeysFor]).
+// distlock.Open and runs, on each node, the scripts and the key layout of
+// the single-Redis backend (package redis), which the two packages share
+// through an internal package; [distlock.Lease.As] with a *[redis.Keys]
+// gives a lease's key names.
 //
 // # Algorithm
 //
@@ -46,7 +47,7 @@
 // publishes the node's release notice) and waits for all of them, up to the
 // node timeout, so that a TryAcquire right after a Release does not find the
 // old lock on a slower node. Waiters subscribe to the release
-// notices of every node ([redis.NewNotifier] per node) and wake on any, once
+// notices of every node (one pub/sub connection per node) and wake on any, once
 // per burst (one release notifies from every node it held), after a random
 // delay of up to 3ms so that the waiters one release woke do not all try at
 // once and split the votes again.
@@ -121,6 +122,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/redis"
 )
 
@@ -221,7 +223,7 @@ func newBackend(clients []goredis.UniversalClient, opts []distlock.Option) (*bac
 		settings: o,
 	}
 	for _, c := range clients {
-		b.nodes = append(b.nodes, &node{client: c, notifier: redis.NewNotifier(c, prefix)})
+		b.nodes = append(b.nodes, &node{client: c, notifier: redisnode.NewNotifier(c, prefix)})
 	}
 	return b, nil
 }
@@ -229,7 +231,7 @@ func newBackend(clients []goredis.UniversalClient, opts []distlock.Option) (*bac
 // node is one Redis server of the set.
 type node struct {
 	client   goredis.UniversalClient
-	notifier *redis.Notifier
+	notifier *redisnode.Notifier
 }
 
 // open is the Opener of redlock:// URLs:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/conformance"
+	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/redis"
 	"github.com/distlock/distlock/redlock"
@@ -54,7 +55,7 @@ func lockExists(t *testing.T, admins []goredis.UniversalClient, prefix, key stri
 	t.Helper()
 	var held []int
 	for i, a := range admins {
-		n, err := a.Exists(context.Background(), redis.KeysFor(prefix, key).Lock).Result()
+		n, err := a.Exists(context.Background(), redisnode.KeysFor(prefix, key).Lock).Result()
 		if err != nil {
 			t.Fatalf("node %d: %v", i, err)
 		}
@@ -93,7 +94,7 @@ func TestConformance(t *testing.T) {
 		ForceExpire: func(ctx context.Context, key string) error {
 			var deleted int64
 			for _, a := range admins {
-				n, err := a.Del(ctx, redis.KeysFor(prefix, key).Lock).Result()
+				n, err := a.Del(ctx, redisnode.KeysFor(prefix, key).Lock).Result()
 				if err != nil {
 					return err
 				}
@@ -294,7 +295,7 @@ func TestSplitVote(t *testing.T) {
 	srvs := testserver.RedisN(t, 5)
 	admins := clients(t, srvs, false)
 	ctx := t.Context()
-	k := redis.KeysFor(redis.DefaultPrefix, "split")
+	k := redisnode.KeysFor(redis.DefaultPrefix, "split")
 	for _, i := range []int{0, 1} { // someone else holds 2 nodes
 		if err := admins[i].Set(ctx, k.Lock, "other", 5*time.Second).Err(); err != nil {
 			t.Fatal(err)
@@ -392,13 +393,13 @@ func TestClockJumpTokenOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, _ := admins[0].Get(rctx, redis.KeysFor(redis.DefaultPrefix, key).Counter).Int64(); distlock.Token(c) != holder.Token() {
+	if c, _ := admins[0].Get(rctx, redisnode.KeysFor(redis.DefaultPrefix, key).Counter).Int64(); distlock.Token(c) != holder.Token() {
 		t.Fatalf("node 0's counter is %d after phase 2, want the token %d", c, holder.Token())
 	}
 	// The jump: node 0 forgets the lock. Nodes 3 and 4 return empty, after
 	// the holder's calls to them gave up (a call runs to its node timeout
 	// whatever its caller does, and would take a node back up at once).
-	if err := admins[0].Del(rctx, redis.KeysFor(redis.DefaultPrefix, key).Lock).Err(); err != nil {
+	if err := admins[0].Del(rctx, redisnode.KeysFor(redis.DefaultPrefix, key).Lock).Err(); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond) // > the default node timeout, 200ms

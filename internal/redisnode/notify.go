@@ -1,4 +1,4 @@
-package redis
+package redisnode
 
 import (
 	"context"
@@ -36,8 +36,8 @@ import (
 // half-open connection still accepts writes, so only a missing reply shows
 // it is dead.
 //
-// A Notifier is the release-notice half of driver.Backend. The backend makes its own; the
-// Redlock backend may make one per node with NewNotifier.
+// A Notifier is the release-notice half of driver.Backend: the redis
+// backend makes one, the redlock backend one per node.
 type Notifier struct {
 	client goredis.UniversalClient
 	prefix string

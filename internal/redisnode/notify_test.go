@@ -1,17 +1,136 @@
-package redis_test
+package redisnode_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/internal/testserver"
-	"github.com/distlock/distlock/redis"
 )
+
+func readerGoroutines() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return bytes.Count(buf, []byte("redisnode.(*Notifier).read("))
+}
+
+func TestNotifier(t *testing.T) {
+	srv := testserver.Redis(t)
+	admin := newClient(t, srv.Addr())
+	c := newClient(t, srv.Addr())
+	ctx := t.Context()
+	before := readerGoroutines()
+	n := redisnode.NewNotifier(c, "n:")
+	channel := redisnode.KeysFor("n:", "k").Channel
+	wait := func(s driver.Subscription, d time.Duration) error {
+		wctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		return s.Wait(wctx)
+	}
+
+	s1, err := n.Subscribe(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if readerGoroutines() != before {
+		t.Fatal("Subscribe started the reader before any Wait")
+	}
+	// The first Wait subscribes and returns once the subscription is live.
+	if err := wait(s1, 5*time.Second); err != nil {
+		t.Fatalf("first Wait: %v", err)
+	}
+	if m := admin.PubSubNumSub(ctx, channel).Val(); m[channel] != 1 {
+		t.Fatalf("after the first Wait the channel has %d subscribers", m[channel])
+	}
+	// Nothing published: Wait blocks until its context ends.
+	if err := wait(s1, 100*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait with no notice: %v", err)
+	}
+	// A notice that arrives before Wait is kept for it, for every
+	// subscription, including one made after the channel went live.
+	s2, _ := n.Subscribe(ctx, "k")
+	other, _ := n.Subscribe(ctx, "other")
+	if err := admin.Publish(ctx, channel, "").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	for i, s := range []driver.Subscription{s1, s2} {
+		if err := wait(s, 50*time.Millisecond); err != nil {
+			t.Fatalf("subscription %d missed a notice sent before its Wait: %v", i+1, err)
+		}
+	}
+	if err := wait(other, 50*time.Millisecond); err != nil {
+		t.Fatalf("first Wait on another key: %v", err) // its subscription goes live
+	}
+	if err := wait(other, 100*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a notice on k woke a waiter on another key: %v", err)
+	}
+
+	// A dropped connection wakes waiters; they subscribe again and see
+	// later notices.
+	errc := make(chan error, 1)
+	go func() { errc <- wait(s1, 10*time.Second) }()
+	time.Sleep(100 * time.Millisecond)
+	if err := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("Wait across a dropped connection: %v", err)
+	}
+	if err := wait(s1, 5*time.Second); err != nil { // resubscribes
+		t.Fatalf("Wait after reconnect: %v", err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	_ = wait(s1, 10*time.Millisecond) // drain a notice from the reconnect, if any
+	if err := admin.Publish(ctx, channel, "").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(s1, 5*time.Second); err != nil {
+		t.Fatalf("notice after reconnect: %v", err)
+	}
+
+	// The last Close of a channel unsubscribes it.
+	for _, s := range []driver.Subscription{s1, s2, other} {
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for admin.PubSubNumSub(ctx, channel).Val()[channel] != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("channel still subscribed after every subscription closed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s3, _ := n.Subscribe(ctx, "k")
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s3.Wait(ctx); !errors.Is(err, distlock.ErrClosed) {
+		t.Fatalf("Wait after Close: %v", err)
+	}
+	if _, err := n.Subscribe(ctx, "k"); !errors.Is(err, distlock.ErrClosed) {
+		t.Fatalf("Subscribe after Close: %v", err)
+	}
+	// Close returns once the reader called wg.Done, which it does in a
+	// deferred call, with read still on its stack: give it a moment.
+	deadline = time.Now().Add(time.Second)
+	for readerGoroutines() != before && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := readerGoroutines(); got != before {
+		t.Fatalf("%d reader goroutines left after Close", got-before)
+	}
+}
 
 // TestNotifierSlowServerDoesNotStall pauses the server before the pub/sub
 // connection exists, so connecting it blocks for the client's ReadTimeout.
@@ -24,7 +143,7 @@ func TestNotifierSlowServerDoesNotStall(t *testing.T) {
 	const readTimeout = 6 * time.Second
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, ReadTimeout: readTimeout})
 	t.Cleanup(func() { _ = c.Close() })
-	n := redis.NewNotifier(c, "stall:")
+	n := redisnode.NewNotifier(c, "stall:")
 	t.Cleanup(func() { _ = n.Close() })
 	ctx := t.Context()
 
@@ -97,7 +216,7 @@ func TestNotifierSlowServerDoesNotStall(t *testing.T) {
 func TestNotifierSilentConnection(t *testing.T) {
 	srv := testserver.Redis(t)
 	c := newClient(t, srv.Addr())
-	n := redis.NewNotifierHealth(c, "silent:", 200*time.Millisecond, 300*time.Millisecond)
+	n := redisnode.NewNotifierHealth(c, "silent:", 200*time.Millisecond, 300*time.Millisecond)
 	t.Cleanup(func() { _ = n.Close() })
 	ctx := t.Context()
 	s, err := n.Subscribe(ctx, "a")
@@ -129,7 +248,7 @@ func TestNotifierSilentConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin := newClient(t, srv.Addr())
-	channel := redis.KeysFor("silent:", "a").Channel
+	channel := redisnode.KeysFor("silent:", "a").Channel
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)

@@ -1,4 +1,4 @@
-package redis
+package redisnode
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -36,46 +35,6 @@ var (
 	extendScript  = goredis.NewScript(extendSrc)
 )
 
-// DefaultPrefix is the key prefix used when WithKeyPrefix is not given.
-const DefaultPrefix = "distlock:"
-
-// Keys names the Redis keys of one lock. All three share the hash tag
-// "{key}", so they live in one Cluster slot and one script may touch them.
-type Keys struct {
-	Lock    string // the lock: owner value, with a PX expiry
-	Counter string // the fencing-token counter: advanced per grant, never expires
-	Channel string // pub/sub channel of release notices (not a key)
-	Gone    string // prefix of the tombstones of recent releases, one per owner (see GoneFor)
-	Retake  string // Redlock: the nonce of the refresh that last took the lock back
-}
-
-// GoneFor names owner's tombstone: it exists, for about a TTL, once a
-// release of owner ran, so that a late acquire or retake of owner is refused.
-func (k Keys) GoneFor(owner string) string { return k.Gone + ":" + owner }
-
-// KeysFor returns the layout of key under prefix:
-//
-//	<prefix>{<key>}            lock
-//	<prefix>{<key>}:token      token counter
-//	<prefix>{<key>}:released   release channel
-//	<prefix>{<key>}:gone:<o>   tombstone of owner o's release (short-lived)
-//	<prefix>{<key>}:retake     Redlock's retake marker (short-lived)
-//
-// In the tag, "%" becomes "%25" and "}" becomes "%7D", so a key cannot end
-// the hash tag early (or leave it empty) and distinct keys stay distinct.
-// The prefix must not contain braces (WithKeyPrefix enforces it).
-func KeysFor(prefix, key string) Keys {
-	base := prefix + "{" + escapeTag(key) + "}"
-	return Keys{Lock: base, Counter: base + ":token", Channel: base + ":released", Gone: base + ":gone", Retake: base + ":retake"}
-}
-
-func escapeTag(key string) string {
-	if !strings.ContainsAny(key, "%}") {
-		return key
-	}
-	return strings.NewReplacer("%", "%25", "}", "%7D").Replace(key)
-}
-
 // AcquireResult is the outcome of one acquire script run.
 type AcquireResult struct {
 	// Acquired is true when the lock was free and is now held by owner.
@@ -89,8 +48,8 @@ type AcquireResult struct {
 
 // The functions below are the node-level surface: each runs one script, in
 // one round trip, on one goredis.Scripter (a client or a *goredis.Conn; not
-// a pipeline), and neither retries nor validates. The single-Redis backend is built on them;
-// the Redlock backend runs them on each of its nodes.
+// a pipeline), and neither retries nor validates. The single-Redis backend
+// is built on them; the Redlock backend runs them on each of its nodes.
 
 // AcquireOn runs the acquire script: if k.Lock is free, SET it to owner for
 // ttl and advance k.Counter to max(counter+1, the server's TIME in µs),

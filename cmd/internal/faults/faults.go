@@ -35,6 +35,7 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/cmd/internal/faults/history"
 	"github.com/distlock/distlock/fencing"
+	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/redis"
 )
 
@@ -255,7 +256,7 @@ func RedlockClockJump() Fault {
 		Name: "redlock-clock-jump", Tolerated: never, Supersedes: true,
 		Applies: func(tg *Target) bool { return strings.HasPrefix(tg.Backend, "redlock") && len(tg.Servers) == 3 },
 		Inject: func(ctx context.Context, env *Env) (Injected, error) {
-			k := redis.KeysFor(redis.DefaultPrefix, env.Key)
+			k := redisnode.KeysFor(redis.DefaultPrefix, env.Key)
 			var nodes []*goredis.Client
 			for _, s := range env.Target.Servers {
 				c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})

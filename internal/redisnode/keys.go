@@ -1,0 +1,45 @@
+package redisnode
+
+import "strings"
+
+// Keys names the Redis keys of one lock. All of them share the hash tag
+// "{key}", so they live in one Cluster slot and one script may touch them.
+//
+// Users reach it as redis.Keys (an alias), the target of Lease.As on a
+// lease of the redis or redlock backend: Lock, Counter and Channel are the
+// ones worth reading; Gone and Retake name short-lived keys of the scripts.
+type Keys struct {
+	Lock    string // the lock: owner value, with a PX expiry
+	Counter string // the fencing-token counter: advanced per grant, never expires
+	Channel string // pub/sub channel of release notices (not a key)
+	Gone    string // prefix of the tombstones of recent releases, one per owner (see GoneFor)
+	Retake  string // Redlock: the nonce of the refresh that last took the lock back
+}
+
+// GoneFor names owner's tombstone: it exists, for about a TTL, once a
+// release of owner ran, so that a late acquire or retake of owner is refused.
+func (k Keys) GoneFor(owner string) string { return k.Gone + ":" + owner }
+
+// KeysFor returns the layout of key under prefix:
+//
+//	<prefix>{<key>}            lock
+//	<prefix>{<key>}:token      token counter
+//	<prefix>{<key>}:released   release channel
+//	<prefix>{<key>}:gone:<o>   tombstone of owner o's release (short-lived)
+//	<prefix>{<key>}:retake     Redlock's retake marker (short-lived)
+//
+// In the tag, "%" becomes "%25" and "}" becomes "%7D", so a key cannot end
+// the hash tag early (or leave it empty) and distinct keys stay distinct.
+// The prefix must not contain braces (the backends' WithKeyPrefix enforce
+// it).
+func KeysFor(prefix, key string) Keys {
+	base := prefix + "{" + escapeTag(key) + "}"
+	return Keys{Lock: base, Counter: base + ":token", Channel: base + ":released", Gone: base + ":gone", Retake: base + ":retake"}
+}
+
+func escapeTag(key string) string {
+	if !strings.ContainsAny(key, "%}") {
+		return key
+	}
+	return strings.NewReplacer("%", "%25", "}", "%7D").Replace(key)
+}

@@ -1,0 +1,222 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/redisnode"
+)
+
+// backend implements driver.Backend, with release notices.
+type backend struct {
+	driver.NoQueue
+	client      goredis.UniversalClient
+	prefix      string
+	wait        waitSetting
+	closeClient bool
+	notifier    *redisnode.Notifier
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Keys names the Redis keys of one lock; Lease.As fills one in for a lease
+// of this backend or of package redlock:
+//
+//	var k redis.Keys
+//	if lease.As(&k) {
+//		// k.Lock, k.Counter, k.Channel
+//	}
+//
+// Lock is the lock key (the owner value, with a PX expiry), Counter the
+// fencing-token counter (never expires) and Channel the pub/sub channel of
+// release notices; see Key layout in the package documentation. Its other
+// fields name short-lived keys of the scripts. Keys is an alias of the type
+// the node scripts share with package redlock, so one Keys serves both.
+type Keys = redisnode.Keys
+
+// handle is a Grant's Handle: Lease.As(*Keys) reaches the lock's keys.
+type handle struct{ keys Keys }
+
+func (h *handle) As(target any) bool {
+	if p, ok := target.(*Keys); ok {
+		*p = h.keys
+		return true
+	}
+	return false
+}
+
+var guarantees = distlock.Guarantees{
+	Backend:           "redis",
+	TokenSource:       "per-key counter that never expires, advanced to max(counter+1, server TIME in µs) in the same Lua script as SET NX PX",
+	Wait:              distlock.WaitNotify,
+	FailuresTolerated: 0,
+	RestartLosesLocks: true,
+	Notes: []string{
+		"a failover to a lagging replica, or a restart without appendfsync always, can lose held locks; WithWaitReplicas runs WAIT after each acquire and refresh to narrow the failover window",
+		"tokens still increase across restarts and failovers while server clocks differ by less than the restart or failover takes (a lost or lagging counter restarts from the server's clock in µs)",
+		"maxmemory-policy allkeys-* can evict the token counter; the backend warns, or refuses with WithEvictionCheck(EvictionRefuse)",
+		"waiters are woken by pub/sub, not in FIFO order",
+	},
+}
+
+func (b *backend) Guarantees() distlock.Guarantees {
+	g := guarantees
+	g.Notes = append([]string(nil), guarantees.Notes...)
+	return g
+}
+
+func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	k := redisnode.KeysFor(b.prefix, req.Key)
+	var (
+		r   redisnode.AcquireResult
+		err error
+	)
+	if b.wait.n > 0 {
+		err = b.onConn(ctx, k, func(c *goredis.Conn) error {
+			var err error
+			if r, err = redisnode.AcquireOn(ctx, c, k, req.Owner, req.TTL); err != nil || !r.Acquired {
+				return err
+			}
+			if err := b.waitReplicas(ctx, c); err != nil {
+				// Not durable enough: give the lock back rather than hand
+				// out a token that a failover could repeat.
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+				_, _ = redisnode.ReleaseOn(rctx, c, k, req.Owner, 0)
+				cancel()
+				return err
+			}
+			return nil
+		})
+	} else {
+		r, err = redisnode.AcquireOn(ctx, b.client, k, req.Owner, req.TTL)
+	}
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	if !r.Acquired {
+		return driver.Grant{}, &distlock.HeldError{Key: req.Key, RetryAfter: max(r.HolderTTL, 0)}
+	}
+	return driver.Grant{Token: r.Token, Handle: &handle{keys: k}}, nil
+}
+
+func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
+	k := redisnode.KeysFor(b.prefix, g.Key)
+	var (
+		ok  bool
+		err error
+	)
+	if b.wait.n > 0 {
+		err = b.onConn(ctx, k, func(c *goredis.Conn) error {
+			var err error
+			if ok, err = redisnode.RefreshOn(ctx, c, k, g.Owner, ttl); err != nil || !ok {
+				return err
+			}
+			return b.waitReplicas(ctx, c)
+		})
+	} else {
+		ok, err = redisnode.RefreshOn(ctx, b.client, k, g.Owner, ttl)
+	}
+	switch {
+	case err != nil:
+		return 0, err
+	case !ok:
+		return 0, distlock.ErrNotHeld
+	}
+	return ttl, nil
+}
+
+func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
+	// An attempt given back because its reply was lost (no Handle) may
+	// still be on its way: leave a tombstone so it cannot land afterwards.
+	var tomb time.Duration
+	if g.Handle == nil {
+		tomb = g.TTL
+	}
+	ok, err := redisnode.ReleaseOn(ctx, b.client, redisnode.KeysFor(b.prefix, g.Key), g.Owner, tomb)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return distlock.ErrNotHeld
+	}
+	return nil
+}
+
+// Subscribe implements driver.Notifier.
+func (b *backend) Subscribe(ctx context.Context, key string) (driver.Subscription, error) {
+	return b.notifier.Subscribe(ctx, key)
+}
+
+// onConn runs fn on one connection to the master that owns k, so that a
+// WAIT sent on it counts the script's write.
+func (b *backend) onConn(ctx context.Context, k Keys, fn func(*goredis.Conn) error) error {
+	var c *goredis.Client
+	switch cl := b.client.(type) {
+	case *goredis.Client:
+		c = cl
+	case *goredis.ClusterClient:
+		m, err := cl.MasterForKey(ctx, k.Lock)
+		if err != nil {
+			return fmt.Errorf("cluster master for %q: %w", k.Lock, err)
+		}
+		c = m
+	default: // ruled out by newBackend
+		return fmt.Errorf("WAIT needs a *redis.Client or *redis.ClusterClient, not %T", b.client)
+	}
+	conn := c.Conn()
+	defer conn.Close()
+	return fn(conn)
+}
+
+func (b *backend) waitReplicas(ctx context.Context, c *goredis.Conn) error {
+	got, err := c.Wait(ctx, b.wait.n, b.wait.timeout).Result()
+	if err != nil {
+		return fmt.Errorf("WAIT %d %v: %w", b.wait.n, b.wait.timeout, err)
+	}
+	if got < int64(b.wait.n) {
+		return fmt.Errorf("%w: %d of %d within %v", ErrNotReplicated, got, b.wait.n, b.wait.timeout)
+	}
+	return nil
+}
+
+// Close stops the notifier and, with WithCloseClient, closes the client.
+func (b *backend) Close() error {
+	b.closeOnce.Do(func() {
+		b.closeErr = b.notifier.Close()
+		if b.closeClient {
+			b.closeErr = errors.Join(b.closeErr, b.client.Close())
+		}
+	})
+	return b.closeErr
+}
+
+// As gives access to the client: target may be a *goredis.UniversalClient,
+// a **goredis.Client or a **goredis.ClusterClient (when the client is one).
+func (b *backend) As(target any) bool {
+	switch p := target.(type) {
+	case *goredis.UniversalClient:
+		*p = b.client
+		return true
+	case **goredis.Client:
+		c, ok := b.client.(*goredis.Client)
+		if ok {
+			*p = c
+		}
+		return ok
+	case **goredis.ClusterClient:
+		c, ok := b.client.(*goredis.ClusterClient)
+		if ok {
+			*p = c
+		}
+		return ok
+	}
+	return false
+}

@@ -1,0 +1,93 @@
+package redis
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
+)
+
+// DefaultPrefix is the key prefix used when WithKeyPrefix is not given.
+const DefaultPrefix = "distlock:"
+
+// EvictionCheck says what to do about a maxmemory-policy that can evict keys
+// without a TTL (allkeys-*), such as the never-expiring token counter.
+type EvictionCheck int
+
+const (
+	// EvictionWarn (the default) logs a warning to the WithLogger logger
+	// (nothing is logged without one).
+	EvictionWarn EvictionCheck = iota
+	// EvictionRefuse makes the constructor fail with ErrEvictionPolicy when
+	// the policy is allkeys-* or cannot be read.
+	EvictionRefuse
+	// EvictionIgnore skips the check (e.g. where CONFIG is disabled).
+	EvictionIgnore
+)
+
+// String returns "warn", "refuse" or "ignore".
+func (m EvictionCheck) String() string {
+	switch m {
+	case EvictionWarn:
+		return "warn"
+	case EvictionRefuse:
+		return "refuse"
+	case EvictionIgnore:
+		return "ignore"
+	}
+	return fmt.Sprintf("EvictionCheck(%d)", int(m))
+}
+
+type (
+	prefixKey      struct{}
+	waitKey        struct{}
+	evictionKey    struct{}
+	closeClientKey struct{}
+)
+
+type waitSetting struct {
+	n       int
+	timeout time.Duration
+}
+
+// WithKeyPrefix sets the prefix of every key and channel this backend uses
+// (default DefaultPrefix). It must not contain '{' or '}', which would break
+// the hash tag. Lockers that should exclude each other need the same prefix.
+func WithKeyPrefix(prefix string) distlock.Option {
+	if strings.ContainsAny(prefix, "{}") {
+		return driver.InvalidOption("redis: key prefix %q contains a brace", prefix)
+	}
+	return driver.BackendOption("redis", "WithKeyPrefix", prefixKey{}, prefix)
+}
+
+// WithWaitReplicas makes every acquire and refresh wait, with Redis's WAIT,
+// until n replicas acknowledged the write or timeout passed. Fewer acks fail
+// the call with ErrNotReplicated (an acquire then gives the lock back). n = 0
+// turns it off. It needs a *goredis.Client (plain or failover) or a
+// *goredis.ClusterClient, since WAIT must run on the connection that wrote.
+func WithWaitReplicas(n int, timeout time.Duration) distlock.Option {
+	switch {
+	case n < 0:
+		return driver.InvalidOption("redis: wait for %d replicas", n)
+	case n > 0 && timeout <= 0:
+		return driver.InvalidOption("redis: replica wait timeout %v must be positive", timeout)
+	}
+	return driver.BackendOption("redis", "WithWaitReplicas", waitKey{}, waitSetting{n, timeout})
+}
+
+// WithEvictionCheck sets what the constructor does about a maxmemory-policy
+// that can evict the token counter (default EvictionWarn).
+func WithEvictionCheck(mode EvictionCheck) distlock.Option {
+	if mode < EvictionWarn || mode > EvictionIgnore {
+		return driver.InvalidOption("redis: unknown eviction check %d", int(mode))
+	}
+	return driver.BackendOption("redis", "WithEvictionCheck", evictionKey{}, mode)
+}
+
+// WithCloseClient makes Close also close the client (default: the caller
+// owns it). Lockers from distlock.Open always close theirs.
+func WithCloseClient(on bool) distlock.Option {
+	return driver.BackendOption("redis", "WithCloseClient", closeClientKey{}, on)
+}
