@@ -1,0 +1,140 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/redisnode"
+)
+
+func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	start := time.Now()
+	k := redisnode.KeysFor(b.prefix, req.Key)
+	nt := b.timeout(req.TTL)
+	n := len(b.nodes)
+
+	// Phase 1. Each node's goroutine waits for the decision and, if the
+	// attempt failed, releases its node unless the node said "held" (so
+	// nothing of ours is there).
+	results := make([]redisnode.AcquireResult, n) // written before the reply is sent
+	decided := make(chan struct{})
+	var failed atomic.Bool
+	var once sync.Once
+	decide := func(ok bool) {
+		once.Do(func() {
+			failed.Store(!ok)
+			close(decided)
+		})
+	}
+	defer decide(false) // any early return is a failure
+	ch, dones := b.fanOut(ctx, b.all(), nt,
+		func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
+			r, err := redisnode.AcquireOn(ctx, c, k, req.Owner, req.TTL)
+			results[i] = r
+			return r.Acquired, err
+		},
+		func(r reply) {
+			<-decided
+			if failed.Load() && (r.err != nil || r.ok) {
+				b.releaseNode(ctx, r.i, k, req.Owner, req.TTL, nt)
+			}
+		})
+	t1 := gather(ctx, ch, n, b.quorum, deadline(nt))
+
+	fail := func(err error) (driver.Grant, error) {
+		decide(false)
+		// Wait for the releases of the nodes that answered (they are
+		// responsive); the silent ones release in the background.
+		for i := range t1.answered {
+			<-dones[i]
+		}
+		return driver.Grant{}, err
+	}
+	if t1.ctxErr != nil {
+		return fail(t1.ctxErr)
+	}
+	if len(t1.yes) < b.quorum {
+		return fail(b.notAcquired(req.Key, t1, results, "phase 1"))
+	}
+
+	// Nodes that said yes meanwhile join phase 2: a slow node among them
+	// then costs less.
+	for more := true; more; {
+		select {
+		case r := <-ch:
+			t1.add(r)
+		default:
+			more = false
+		}
+	}
+
+	// The token: the maximum over the acquired nodes.
+	var token distlock.Token
+	for _, i := range t1.yes {
+		token = max(token, results[i].Token)
+	}
+
+	// Phase 2: raise the counters of the quorum to the token. Every node
+	// that accepts, even after the decision, holds the lock until start +
+	// TTL by its clock.
+	h := &handle{keys: k, ours: make([]time.Time, n), oursSeq: make([]uint64, n)}
+	valid := start.Add(req.TTL - b.drift(req.TTL))
+	ch2, _ := b.fanOut(ctx, t1.yes, nt, func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
+		return redisnode.RaiseTokenOn(ctx, c, k, req.Owner, token)
+	}, func(r reply) {
+		if r.err == nil && r.ok {
+			h.learn(r.i, 0, valid)
+		}
+	})
+	t2 := gather(ctx, ch2, len(t1.yes), b.quorum, deadline(nt))
+	switch {
+	case t2.ctxErr != nil:
+		return fail(t2.ctxErr)
+	case len(t2.yes) < b.quorum && len(t2.no) > 0:
+		// A lock of ours vanished between the phases (expired or deleted).
+		return fail(fmt.Errorf("redlock: %q: token %d raised on %d of %d nodes (need %d), the lock was gone on %d: %w",
+			req.Key, token, len(t2.yes), n, b.quorum, len(t2.no), &distlock.HeldError{Key: req.Key}))
+	case len(t2.yes) < b.quorum:
+		return fail(fmt.Errorf("%w: %q: token %d raised on %d of %d nodes (need %d)%s",
+			ErrNoQuorum, req.Key, token, len(t2.yes), n, b.quorum, b.summary(t2)))
+	}
+	decide(true)
+	// The portable layer's deadline is start + TTL − drift (and it gives the
+	// lock back if that has passed already): every node's lock was set
+	// after start, so it lasts at least that long by the nodes' clocks.
+	return driver.Grant{Token: token, Start: start, Validity: req.TTL, Handle: h}, nil
+}
+
+// releaseNode gives node i's lock back after a failed attempt, even when the
+// caller's context has ended; bounded by nt. The tombstone (ttl) keeps a
+// late request of owner from setting the lock again.
+func (b *backend) releaseNode(ctx context.Context, i int, k redisnode.Keys, owner string, ttl, nt time.Duration) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nt)
+	defer cancel()
+	_, _ = redisnode.ReleaseOn(rctx, b.nodes[i].client, k, owner, ttl)
+}
+
+// notAcquired is the error of a failed phase 1: a HeldError when a node said
+// the key is held, ErrNoQuorum otherwise.
+func (b *backend) notAcquired(key string, t tally, results []redisnode.AcquireResult, phase string) error {
+	n := len(b.nodes)
+	if len(t.no) > 0 {
+		var retry time.Duration
+		for _, i := range t.no {
+			if d := results[i].HolderTTL; d > 0 && (retry == 0 || d < retry) {
+				retry = d
+			}
+		}
+		return fmt.Errorf("redlock: %q: %s granted by %d of %d nodes (need %d), held on %d%s: %w",
+			key, phase, len(t.yes), n, b.quorum, len(t.no), b.summary(t), &distlock.HeldError{Key: key, RetryAfter: retry})
+	}
+	return fmt.Errorf("%w: %q: %d of %d nodes answered, %d granted (need %d)%s",
+		ErrNoQuorum, key, len(t.answered)-len(t.failed), n, len(t.yes), b.quorum, b.summary(t))
+}

@@ -1,0 +1,108 @@
+// Package redlock is the Redlock backend of distlock: one lock over N
+// independent Redis nodes (N odd, at least 3), held while a majority
+// (quorum N/2+1) of them hold it. It serves "redlock://" URLs for
+// distlock.Open and runs, on each node, the scripts and the key layout of
+// the single-Redis backend (package redis), which the two packages share
+// through an internal package; [distlock.Lease.As] with a *[redis.Keys]
+// gives a lease's key names.
+//
+// # Algorithm
+//
+// An acquire records its start, then:
+//
+//  1. Phase 1 sends the acquire script (SET NX PX ttl, and INCR of that
+//     node's token counter when the SET succeeded) to every node in
+//     parallel, each call bounded by the node timeout (see
+//     [WithNodeTimeout]), far below the TTL. It goes on as soon as a
+//     quorum said yes, without waiting for the slowest nodes; it gives up
+//     as soon as a quorum can no longer be reached.
+//  2. The token T is the maximum of the counters of the acquired quorum.
+//  3. Phase 2 runs the raise script on those nodes in parallel: "if the lock
+//     still holds my owner value, raise the counter to at least T". The
+//     acquire succeeds only if a majority accepted it, and only if the
+//     whole attempt ended within its validity: TTL − elapsed − drift,
+//     drift = TTL·factor + minimum (distlock.WithDrift).
+//
+// On failure the lock is released on every node, including the ones that did
+// not answer (their release runs in the background once their own call
+// ended, bounded by the node timeout), and TryLock reports a
+// *distlock.HeldError carrying the smallest remaining TTL of the holders it
+// saw when any node said the key was held — which covers a split vote, so
+// the portable layer waits for a release notice or, failing that, its
+// jittered fallback — or an error matching [ErrNoQuorum] naming how many
+// nodes answered. A straggler that says yes after a successful acquire keeps
+// the lock for this lease: Refresh and Unlock go to every node anyway.
+//
+// Refresh extends the lock on every node where it is ours and takes it back
+// (SET, and the counter raised to the lease's token) where it is missing, so
+// a lease granted by exactly a majority survives the loss of a node of it.
+// It takes a node back only while a majority of the nodes have held the lock
+// without a break (a node out of reach counts while the lock set there has
+// not expired): otherwise a majority was free at some moment and another
+// client could have held the key, and the lease is reported lost. It
+// decides at quorum like an acquire; Unlock first waits, up to the node
+// timeout, for the last refresh's slower calls, so that a repairing call
+// does not land after the release. Refresh succeeds only when a quorum
+// confirmed it within the validity; Unlock goes to every node (each release
+// publishes the node's release notice) and waits for all of them, up to the
+// node timeout, so that a TryAcquire right after a Release does not find the
+// old lock on a slower node. Waiters subscribe to the release
+// notices of every node (one pub/sub connection per node) and wake on any, once
+// per burst (one release notifies from every node it held), after a random
+// delay of up to 3ms so that the waiters one release woke do not all try at
+// once and split the votes again.
+//
+// # Why the tokens increase
+//
+// No Redlock library offers fencing tokens; phase 2 is what makes them
+// work. Say lease A got token T and its phase 2 was accepted by majority
+// M. On each node of M the counter is ≥ T, and it was raised while A held
+// the lock there. A later lease B is granted by a majority M′, which
+// intersects M in at least one node x. On x, B's SET NX succeeded, so it
+// came after A's lock on x was gone — after A's raise — and B's INCR on x
+// returned more than T. B's token, the maximum over M′, is therefore larger
+// than T. A node where A's raise was refused (the lock had expired or
+// someone else held it) is simply not in M.
+//
+// If x restarted without persistence in between, or from an older snapshot,
+// its counter is missing or stale. The acquire script therefore takes
+// max(counter + 1, x's clock in microseconds) as x's token: every counter
+// grows by one per grant, far slower than a microsecond clock, so x's clock
+// is past T as long as the nodes' clocks differ by less than the time x was
+// down. That holds for rolling restarts, for restarts from snapshots and
+// for restarted nodes meeting nodes that missed grants (all tested),
+// without fsync.
+//
+// # Assumptions and guarantees
+//
+// Mutual exclusion needs bounded clock drift: each node expires the lock by
+// its own clock, and a clock that jumps forward on a node of the holder's
+// majority can free the lock early there, letting a second client form a
+// majority. The fencing token still protects a resource that checks it:
+// the second client's majority meets the first one's phase-2 majority, so
+// its token is larger (tested by emulating the jump with a DEL on one node).
+//
+// Mutual exclusion also needs nodes that do not lose a held lock: a node
+// restarted without appendfsync always forgets it. Either run the nodes with
+// fsync, or keep a crashed node down for at least the longest TTL in use
+// (the "delayed restart" of the Redlock description), during which it is
+// one of the ⌊(N−1)/2⌋ failures tolerated; a held lease takes the lock back
+// on it when it returns. The token order needs neither, only the clock bound
+// above. The counters never expire; a maxmemory-policy of allkeys-* could
+// evict them (this backend does not check the policy; see package redis).
+//
+// A node call, once sent, runs to its answer or the node timeout whatever
+// its caller does, and its answer still updates what the lease knows. A
+// release leaves a tombstone of the lease's owner value on every node it
+// reaches, for one TTL, which a late acquire or repairing refresh of that
+// lease honours, so such a straggler cannot set the lock again after the
+// release. A node that is paused (not dead) when the release is sent can
+// still run a request buffered in its socket when it resumes: the lock then
+// sits on that one node, a minority, until its TTL.
+//
+// Waiters are woken by release notices, not in FIFO order.
+//
+// Clients should set ContextTimeoutEnabled so that context deadlines bound
+// socket reads; this backend also stops waiting for a node after the node
+// timeout whatever its client does.
+package redlock

@@ -1,0 +1,137 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// reply is one node's answer: ok is the call's yes/no, err a failure to
+// reach or use the node (a timeout included).
+type reply struct {
+	i   int
+	ok  bool
+	err error
+}
+
+// fanOut calls fn on each node of idx in parallel, each call bounded by nt
+// (not by ctx),
+// and returns the channel the replies arrive on (buffered: a straggler never
+// blocks) and one channel per node, closed when its goroutine is done —
+// after then(reply) when then is not nil.
+func (b *backend) fanOut(ctx context.Context, idx []int, nt time.Duration,
+	fn func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error), then func(reply)) (<-chan reply, map[int]chan struct{}) {
+	ch := make(chan reply, len(idx))
+	dones := make(map[int]chan struct{}, len(idx))
+	for _, i := range idx {
+		done := make(chan struct{})
+		dones[i] = done
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			defer close(done)
+			// A call once sent runs to its answer or the node timeout even
+			// if the caller stops waiting: its answer still updates what
+			// the attempt or lease knows, and a release follows it.
+			nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nt)
+			ok, err := fn(nctx, i, b.nodes[i].client)
+			cancel()
+			r := reply{i: i, ok: ok, err: err}
+			ch <- r
+			if then != nil {
+				then(r)
+			}
+		}()
+	}
+	return ch, dones
+}
+
+// tally is what gather collected.
+type tally struct {
+	yes, no  []int         // nodes that answered yes / no
+	failed   map[int]error // nodes whose call failed
+	answered map[int]bool  // every node that answered (yes, no or failed)
+	silent   int           // nodes that did not answer in time
+	ctxErr   error         // ctx ended before a decision
+}
+
+func (t *tally) add(r reply) {
+	t.answered[r.i] = true
+	switch {
+	case r.err != nil:
+		t.failed[r.i] = r.err
+	case r.ok:
+		t.yes = append(t.yes, r.i)
+	default:
+		t.no = append(t.no, r.i)
+	}
+}
+
+// gather reads up to total replies. With need > 0 it stops early once need
+// nodes said yes, or once need yeses can no longer be reached. It stops
+// anyway when all answered, ctx ended or the deadline passed (a backstop
+// for clients whose calls ignore context deadlines).
+func gather(ctx context.Context, ch <-chan reply, total, need int, deadline time.Time) tally {
+	t := tally{failed: map[int]error{}, answered: map[int]bool{}}
+	t.read(ctx, ch, total, need, deadline)
+	return t
+}
+
+// rest goes on reading replies until every node answered, ctx ended or
+// the deadline passed.
+func (t *tally) rest(ctx context.Context, ch <-chan reply, total int, deadline time.Time) {
+	t.read(ctx, ch, total, 0, deadline)
+}
+
+func (t *tally) read(ctx context.Context, ch <-chan reply, total, need int, deadline time.Time) {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for len(t.answered) < total {
+		if need > 0 && (len(t.yes) >= need || len(t.yes)+total-len(t.answered) < need) {
+			break
+		}
+		select {
+		case r := <-ch:
+			t.add(r)
+			continue
+		case <-ctx.Done():
+			t.ctxErr = ctx.Err()
+		case <-timer.C:
+		}
+		break
+	}
+	t.silent = total - len(t.answered)
+}
+
+// deadline is when gather stops waiting for calls bounded by nt.
+func deadline(nt time.Duration) time.Time {
+	return time.Now().Add(nt + max(nt/4, 2*time.Millisecond))
+}
+
+// summary describes the failed and silent nodes of t for an error message.
+func (b *backend) summary(t tally) string {
+	var parts []string
+	for i := range b.nodes {
+		if err, ok := t.failed[i]; ok {
+			parts = append(parts, fmt.Sprintf("node %d: %v", i, err))
+		}
+	}
+	if t.silent > 0 {
+		parts = append(parts, fmt.Sprintf("%d node(s) did not answer in time", t.silent))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
+}
+
+func (b *backend) all() []int {
+	idx := make([]int, len(b.nodes))
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
+}
