@@ -165,15 +165,9 @@ func (ls *Lease) refresh(ctx context.Context, ttl time.Duration) error {
 		ls.mu.Unlock()
 		return notHeld(ls.Key(), end)
 	}
-	ls.ttl, ls.deadline = ttl, deadline
-	if ls.expiry != nil {
-		ls.expiry.Reset(time.Until(deadline))
-	}
+	ls.ttl = ttl
+	ls.moveDeadlineLocked(deadline)
 	ls.mu.Unlock()
-	select {
-	case ls.kick <- struct{}{}:
-	default:
-	}
 	ls.l.observe(ctx, Event{Kind: EventRefreshed, Key: ls.Key(), Token: ls.Token(), Duration: now().Sub(start)})
 	return nil
 }
@@ -187,11 +181,17 @@ func (ls *Lease) mayHaveShortened(start time.Time, ttl time.Duration) {
 		ls.mu.Unlock()
 		return
 	}
+	ls.moveDeadlineLocked(d)
+	ls.mu.Unlock()
+}
+
+// moveDeadlineLocked sets the deadline and re-arms whatever ends the lease
+// at it (the timer, or the keeper, kicked); ls.mu must be held.
+func (ls *Lease) moveDeadlineLocked(d time.Time) {
 	ls.deadline = d
 	if ls.expiry != nil {
 		ls.expiry.Reset(time.Until(d))
 	}
-	ls.mu.Unlock()
 	select {
 	case ls.kick <- struct{}{}:
 	default:
