@@ -188,3 +188,46 @@ func Reachable(ctx context.Context, addrs []string, timeout time.Duration) error
 	}
 	return Unavailable(strings.Join(addrs, ","), errors.Join(failed...))
 }
+
+// Hosts returns the comma-separated host:port list of u, each checked: a
+// URL without a host, an address without a port (when defaultPort is
+// empty) or with a bad one is ErrInvalidURL. Openers of multi-host schemes
+// share it.
+func Hosts(u *url.URL, defaultPort string) ([]string, error) {
+	var hosts []string
+	for _, h := range strings.Split(u.Host, ",") {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			continue
+		}
+		host, port, err := net.SplitHostPort(h)
+		if err != nil && defaultPort != "" {
+			host, port, err = h, defaultPort, nil
+			h = net.JoinHostPort(host, port)
+		}
+		if err != nil || host == "" {
+			return nil, fmt.Errorf("%w: %s://…: %q is not host:port", ErrInvalidURL, u.Scheme, h)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+			return nil, fmt.Errorf("%w: %s://…: bad port in %q", ErrInvalidURL, u.Scheme, h)
+		}
+		hosts = append(hosts, h)
+	}
+	if len(hosts) == 0 {
+		return nil, fmt.Errorf("%w: %s:// URL names no server (want %s://host:port,…)", ErrInvalidURL, u.Scheme, u.Scheme)
+	}
+	return hosts, nil
+}
+
+// Timeout returns the parameter as a positive duration, or def when absent.
+func (q *Query) Timeout(name string, def time.Duration) time.Duration {
+	d, ok := q.Duration(name)
+	switch {
+	case !ok:
+		return def
+	case d <= 0:
+		q.fail("parameter %s=%v must be positive", name, d)
+		return def
+	}
+	return d
+}

@@ -688,7 +688,7 @@ func TestOpen(t *testing.T) {
 func TestOpenErrors(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct{ url, want string }{
-		{"etcd://", "no endpoints"},
+		{"etcd://", "names no server"},
 		{"etcd://127.0.0.1:2379/locks", "prefix"},
 		{"etcd://127.0.0.1:2379/?bogus=1", "bogus"},
 		{"etcd://127.0.0.1:2379/?prefix=", "prefix"},

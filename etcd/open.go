@@ -32,27 +32,16 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 	if v, ok := q.Bool("loss_watch"); ok {
 		own = append(own, WithLossWatch(v))
 	}
-	dial := DefaultDialTimeout
-	if d, ok := q.Duration("dial_timeout"); ok {
-		if d <= 0 {
-			return nil, fmt.Errorf("%w: etcd: dial_timeout=%v must be positive", distlock.ErrInvalidURL, d)
-		}
-		dial = d
-	}
+	dial := q.Timeout("dial_timeout", DefaultDialTimeout)
 	if err := q.Done(); err != nil {
 		return nil, err
 	}
 	if u.Path != "" && u.Path != "/" {
 		return nil, fmt.Errorf("%w: etcd: URL path %q is not used; set the key prefix with ?prefix=", distlock.ErrInvalidURL, u.Path)
 	}
-	var endpoints []string
-	for _, h := range strings.Split(u.Host, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			endpoints = append(endpoints, h)
-		}
-	}
-	if len(endpoints) == 0 {
-		return nil, fmt.Errorf("%w: etcd: no endpoints in %q (want etcd://host:port,host:port/)", distlock.ErrInvalidURL, u.Redacted())
+	endpoints, err := driver.Hosts(u, "2379")
+	if err != nil {
+		return nil, err
 	}
 	opts = append(own, opts...)
 	if _, err := driver.Resolve(driver.Settings{}, "etcd", opts); err != nil {

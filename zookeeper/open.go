@@ -33,13 +33,13 @@ func openURL(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Ba
 	if err := q.Done(); err != nil {
 		return nil, err
 	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("%w: zk URL %q names no server", distlock.ErrInvalidURL, u.Redacted())
+	servers, err := driver.Hosts(u, "2181")
+	if err != nil {
+		return nil, err
 	}
 	if u.Path != "" && u.Path != "/" {
 		urlOpts = append(urlOpts, WithBasePath(strings.TrimSuffix(u.Path, "/")))
 	}
-	servers := strings.Split(u.Host, ",")
 	if err := driver.Reachable(ctx, servers, ConnectTimeout); err != nil {
 		return nil, err
 	}
