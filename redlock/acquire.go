@@ -86,13 +86,15 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	// TTL by its clock.
 	h := &handle{keys: k, ours: make([]time.Time, n), oursSeq: make([]uint64, n)}
 	valid := start.Add(req.TTL - b.drift(req.TTL))
-	ch2, _ := b.fanOut(ctx, t1.yes, nt, func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
-		return redisnode.RaiseTokenOn(ctx, c, k, req.Owner, token)
-	}, func(r reply) {
-		if r.err == nil && r.ok {
-			h.learn(r.i, 0, valid)
+	// Learned inside the call, before its reply is counted: the grant
+	// must not go out knowing less than the answers that decided it.
+	ch2, _ := b.fanOut(ctx, t1.yes, nt, func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
+		ok, err := redisnode.RaiseTokenOn(ctx, c, k, req.Owner, token)
+		if err == nil && ok {
+			h.learn(i, 0, valid)
 		}
-	})
+		return ok, err
+	}, nil)
 	t2 := gather(ctx, ch2, len(t1.yes), b.quorum, deadline(nt))
 	switch {
 	case t2.ctxErr != nil:

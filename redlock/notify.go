@@ -173,13 +173,4 @@ func (s *subscription) Close() error {
 // no jitter after a notice, so it is done here.
 const wakeJitter = 3 * time.Millisecond
 
-func spread(ctx context.Context) error {
-	t := time.NewTimer(rand.N(wakeJitter))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func spread(ctx context.Context) error { return driver.Sleep(ctx, rand.N(wakeJitter)) }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -35,14 +34,12 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 	if d, ok := q.Duration("node_timeout"); ok {
 		bopts = append(bopts, WithNodeTimeout(d))
 	}
-	dial := time.Second
-	if d, ok := q.Duration("dial_timeout"); ok {
-		if d <= 0 {
-			return nil, fmt.Errorf("%w: dial_timeout=%v must be positive", distlock.ErrInvalidURL, d)
-		}
-		dial = d
-	}
+	dial := q.Timeout("dial_timeout", time.Second)
 	if err := q.Done(); err != nil {
+		return nil, err
+	}
+	nodes, err := driver.Hosts(u, "")
+	if err != nil {
 		return nil, err
 	}
 	db := 0
@@ -64,11 +61,7 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 			_ = c.Close()
 		}
 	}
-	for _, h := range strings.Split(u.Host, ",") {
-		if _, port, err := net.SplitHostPort(h); err != nil || port == "" {
-			closeAll()
-			return nil, fmt.Errorf("%w: redlock: node %q is not host:port", distlock.ErrInvalidURL, h)
-		}
+	for _, h := range nodes {
 		clients = append(clients, goredis.NewClient(&goredis.Options{
 			Addr: h, Username: user, Password: pass, DB: db,
 			DialTimeout: dial, ContextTimeoutEnabled: true,

@@ -38,16 +38,15 @@ func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration
 	ch, dones := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
 		r, err := redisnode.ExtendOn(ctx, c, h.keys, g.Owner, ttl, g.Token, nonce)
 		results[i] = r
-		return r != redisnode.ExtendHeldByOther, err
-	}, func(r reply) {
-		switch {
-		case r.err != nil:
-		case r.ok:
-			h.learn(r.i, seq, valid)
+		switch { // learned before the reply is counted
+		case err != nil:
+		case r != redisnode.ExtendHeldByOther:
+			h.learn(i, seq, valid)
 		default:
-			h.learn(r.i, seq, time.Time{})
+			h.learn(i, seq, time.Time{})
 		}
-	})
+		return r != redisnode.ExtendHeldByOther, err
+	}, nil)
 	h.mu.Lock()
 	h.calls = dones
 	h.mu.Unlock()
