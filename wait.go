@@ -1,0 +1,181 @@
+package distlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/distlock/distlock/driver"
+)
+
+// transient reports whether err says the server could not be reached (as
+// opposed to an answer): a waiting Acquire tries again after it.
+func transient(err error) bool {
+	var ne net.Error
+	return errors.Is(err, ErrUnavailable) || errors.As(err, &ne) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// unavailable makes a network failure match ErrUnavailable too.
+func unavailable(err error) error {
+	if transient(err) && !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
+}
+
+// abandon gives back, in the background, whatever an attempt whose outcome
+// is unknown (a timeout, a reset connection) may have taken: its request
+// may have reached the server, or still be on its way, and the lock would
+// then sit unused until its TTL. The release is owner-checked with the
+// attempt's own owner, so it can only free that attempt's lock; it is tried
+// again, with back-off, while it finds nothing (the request may land
+// later) or fails, within the release timeout. Close interrupts it.
+func (l *locker) abandon(req driver.Request, o *driver.Settings) {
+	if l.abandoning.Add(1) > maxAbandoning {
+		// A server that is down makes every attempt ambiguous; a tight
+		// retry loop must not pile up give-backs. The TTL frees the rest.
+		l.abandoning.Add(-1)
+		l.log(slog.LevelDebug, "too many give-backs under way; this attempt's lock frees at its TTL", req.Key, nil)
+		return
+	}
+	if l.enter() != nil {
+		l.abandoning.Add(-1)
+		return
+	}
+	go func() {
+		defer l.wg.Done()
+		defer l.abandoning.Add(-1)
+		ctx, cancel := context.WithTimeout(l.life, o.ReleaseTimeout)
+		defer cancel()
+		g := driver.Grant{Key: req.Key, Owner: req.Owner, TTL: req.TTL}
+		for delay := abandonFirstRetry; ; delay *= 2 {
+			err := l.b.Unlock(ctx, g)
+			if err == nil || ctx.Err() != nil {
+				return
+			}
+			if err := driver.Sleep(ctx, delay); err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// maxAbandoning bounds the give-backs of abandoned attempts under way at once.
+const maxAbandoning = 64
+
+// abandonFirstRetry is the first pause between the give-backs of an
+// abandoned attempt; it doubles after each.
+const abandonFirstRetry = 50 * time.Millisecond
+
+// poll is the blocking acquire of backends without a server-side queue:
+// attempt, then wait for a release notice (bounded by the holder's
+// remaining TTL) or a jittered exponential back-off, and try again. Each
+// attempt gets a new owner value in req; on success req holds the winner's.
+func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settings) (driver.Grant, time.Time, error) {
+	var sub driver.Subscription
+	if l.mode == driver.WaitNotify {
+		s, err := l.b.Subscribe(ctx, req.Key)
+		switch {
+		case err == nil:
+			sub = s
+			// sub may be dropped (set to nil, after closing it) below.
+			defer func() {
+				if sub != nil {
+					_ = sub.Close()
+				}
+			}()
+		case ctx.Err() != nil:
+			return driver.Grant{}, time.Time{}, err
+		default:
+			l.log(slog.LevelWarn, "subscribe failed; polling instead", req.Key, err)
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			req.Owner = newOwner()
+		}
+		start := now()
+		g, err := l.b.TryLock(ctx, *req)
+		if err != nil && !errors.Is(err, ErrNotAcquired) {
+			l.abandon(*req, o)
+		}
+		if err != nil && transient(err) && ctx.Err() == nil {
+			// Out of reach for now: wait as for a held key, and keep the
+			// error for the caller if ctx ends first.
+			l.log(slog.LevelWarn, "server unavailable; retrying", req.Key, err)
+			if driver.Sleep(ctx, backoff(o, attempt)) != nil {
+				return driver.Grant{}, time.Time{}, err
+			}
+			continue
+		}
+		if err == nil || !errors.Is(err, ErrNotAcquired) {
+			return g, start, err
+		}
+		l.observe(ctx, Event{Kind: EventContended, Key: req.Key})
+		var remaining time.Duration
+		var held *HeldError
+		if errors.As(err, &held) {
+			remaining = held.RetryAfter
+		}
+		if sub != nil {
+			// The notice is the real wake-up; the timeout only covers a
+			// lost notice or a holder that expired instead of releasing.
+			wctx, cancel := context.WithTimeout(ctx, fallbackPoll(o, remaining))
+			werr := sub.Wait(wctx)
+			cancel()
+			if ctx.Err() != nil {
+				return driver.Grant{}, time.Time{}, ctx.Err()
+			}
+			if werr != nil && !errors.Is(werr, context.DeadlineExceeded) {
+				l.log(slog.LevelWarn, "subscription failed; polling instead", req.Key, werr)
+				_ = sub.Close()
+				sub = nil
+			}
+			continue
+		}
+		delay := backoff(o, attempt)
+		if remaining > 0 && remaining < delay {
+			delay = remaining + jitter(o.BackoffMin)
+		}
+		if err := driver.Sleep(ctx, delay); err != nil {
+			return driver.Grant{}, time.Time{}, err
+		}
+	}
+}
+
+// maxFallbackPoll caps the wait for a release notice, so a lost notice on a
+// long-TTL key strands a waiter for at most this long.
+const maxFallbackPoll = 5 * time.Second
+
+func fallbackPoll(o *driver.Settings, remaining time.Duration) time.Duration {
+	d := o.BackoffMax
+	if remaining > 0 {
+		d = min(remaining, maxFallbackPoll)
+	}
+	return d + jitter(o.BackoffMin)
+}
+
+// backoff is full-jitter exponential back-off: uniform in
+// [min, min(max, min·2^attempt)].
+func backoff(o *driver.Settings, attempt int) time.Duration {
+	ceil := o.BackoffMax
+	if attempt < 62 && o.BackoffMin <= o.BackoffMax>>attempt { // no overflow
+		ceil = o.BackoffMin << attempt
+	}
+	return o.BackoffMin + jitter(ceil-o.BackoffMin)
+}
+
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return mrand.N(d)
+}
