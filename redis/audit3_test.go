@@ -10,7 +10,6 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/internal/testserver"
-	"github.com/distlock/distlock/redis"
 )
 
 // A Refresh(WithTTL(shorter)) whose reply is lost may have run on the
@@ -20,13 +19,7 @@ func TestLostShorterRefreshShortensLease(t *testing.T) {
 	srv := testserver.Redis(t)
 	const key = "audit3-short"
 	hook := &loseReply{}
-	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
-	c.AddHook(hook)
-	a, err := redis.New(c, redis.WithCloseClient(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := hookedLocker(t, srv.Addr(), hook)
 	b := newLocker(t, srv.Addr())
 	la, err := a.TryAcquire(t.Context(), key, distlock.WithTTL(10*time.Second))
 	if err != nil {
@@ -83,26 +76,13 @@ func (h *slowNext) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 func TestTombstonePerOwner(t *testing.T) {
 	srv := testserver.Redis(t)
 	const key, ttl = "audit3-tomb", 10 * time.Second
-	mk := func(h goredis.Hook) distlock.Locker {
-		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
-		c.AddHook(h)
-		l, err := redis.New(c, redis.WithCloseClient(true), distlock.WithReleaseTimeout(150*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = l.Close() })
-		return l
-	}
+	rt := distlock.WithReleaseTimeout(150 * time.Millisecond)
 	slow := &slowNext{}
-	a := mk(slow)
+	a := hookedLocker(t, srv.Addr(), slow, rt)
 	lost := &loseReply{}
-	c := mk(lost)
+	c := hookedLocker(t, srv.Addr(), lost, rt)
 	d := newLocker(t, srv.Addr())
-	if w, err := d.TryAcquire(t.Context(), key); err != nil { // load the scripts
-		t.Fatal(err)
-	} else {
-		_ = w.Release(t.Context())
-	}
+	loadScripts(t, d, key)
 	// A's attempt reaches the server only after 400 ms; A gives it back
 	// (tombstone A) and stops retrying after its release timeout.
 	slow.d.Store(int64(400 * time.Millisecond))

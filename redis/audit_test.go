@@ -71,12 +71,7 @@ func TestLostReplyRetriedByClientDoesNotStrandKey(t *testing.T) {
 	}
 	defer a.Close()
 	b := newLocker(t, srv.Addr())
-	// Load the scripts, so the lost call is the EVALSHA that runs one.
-	if ls, err := b.TryAcquire(t.Context(), key); err != nil {
-		t.Fatal(err)
-	} else if err := ls.Release(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	loadScripts(t, b, key)
 
 	armed.Store(true)
 	held, aerr := a.TryAcquire(t.Context(), key, distlock.WithTTL(ttl))

@@ -42,20 +42,9 @@ func TestLostAcquireReplyDoesNotStrandKey(t *testing.T) {
 	srv := testserver.Redis(t)
 	const key, ttl = "lost-reply", 10 * time.Second
 	hook := &loseReply{}
-	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
-	c.AddHook(hook)
-	a, err := redis.New(c, redis.WithCloseClient(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := hookedLocker(t, srv.Addr(), hook)
 	b := newLocker(t, srv.Addr())
-	// Load the scripts, so the lost call is the EVALSHA that runs one.
-	if ls, err := b.TryAcquire(t.Context(), key); err != nil {
-		t.Fatal(err)
-	} else if err := ls.Release(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	loadScripts(t, b, key)
 	for _, call := range []string{"TryAcquire", "Acquire"} {
 		hook.armed.Store(true)
 		var (
@@ -117,19 +106,9 @@ func TestFailedReleaseEndsLease(t *testing.T) {
 	srv := testserver.Redis(t)
 	const key, ttl = "failed-release", 10 * time.Second
 	hook := &loseReply{}
-	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
-	c.AddHook(hook)
-	a, err := redis.New(c, redis.WithCloseClient(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := hookedLocker(t, srv.Addr(), hook)
 	b := newLocker(t, srv.Addr())
-	if w, err := b.TryAcquire(t.Context(), key); err != nil { // load the scripts
-		t.Fatal(err)
-	} else {
-		_ = w.Release(t.Context())
-	}
+	loadScripts(t, b, key)
 	la, err := a.TryAcquire(t.Context(), key, distlock.WithTTL(ttl), distlock.WithAutoRenew(true))
 	if err != nil {
 		t.Fatal(err)
@@ -144,5 +123,33 @@ func TestFailedReleaseEndsLease(t *testing.T) {
 	if la.Err() == nil && lb.Err() == nil {
 		t.Fatalf("two leases report held: A %d (Release: %v; expires in %v) and B %d",
 			la.Token(), relErr, time.Until(la.Expires()).Round(time.Millisecond), lb.Token())
+	}
+}
+
+// hookedLocker returns a Locker whose own client runs hook (a fault on that
+// client's link only), closed at the end of the test.
+func hookedLocker(t *testing.T, addr string, hook goredis.Hook, opts ...distlock.Option) distlock.Locker {
+	t.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	c.AddHook(hook)
+	l, err := redis.New(c, append([]distlock.Option{redis.WithCloseClient(true)}, opts...)...)
+	if err != nil {
+		_ = c.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// loadScripts takes and releases key once through l, so the server has the
+// scripts cached and the next script call is an EVALSHA that runs one.
+func loadScripts(t *testing.T, l distlock.Locker, key string) {
+	t.Helper()
+	ls, err := l.TryAcquire(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.Release(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }
