@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -31,7 +32,15 @@ COMMAND's environment gains:
 
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to distlock are
 forwarded to COMMAND. COMMAND runs in its own process group (so that a lost
-lease stops its children too) unless --foreground is given.
+lease stops its children too) unless --foreground is given; whatever is
+left of that group when COMMAND exits is killed (SIGKILL) before the lock
+is released, so nothing COMMAND started keeps running outside the lock.
+
+If distlock itself dies while COMMAND runs (even by SIGKILL), on Linux the
+kernel kills COMMAND (a parent-death signal, SIGKILL); COMMAND's own
+children survive that unless they arrange the same. Elsewhere distlock
+sets no such signal, so a distlock killed by SIGKILL leaves COMMAND running
+after its lease expires: stop distlock with a signal it forwards instead.
 
 Exit status: COMMAND's (128+N if killed by signal N); 64 usage error;
 69 backend unreachable or failing; 70 lease lost; 75 not acquired within
@@ -121,8 +130,13 @@ func runLocked(ctx context.Context, c runConfig, argv []string, s stdio) int {
 		"DISTLOCK_KEY="+c.key,
 		"DISTLOCK_URL="+c.url,
 	)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: !c.foreground}
-	if err := cmd.Start(); err != nil {
+	// holderProcAttr (proc_linux.go) gives the command a parent-death
+	// SIGKILL on Linux: if distlock dies, however it dies, so does the
+	// command, rather than running on after the lease has lapsed.
+	cmd.SysProcAttr = holderProcAttr()
+	cmd.SysProcAttr.Setpgid = !c.foreground
+	exited, err := startOnLockedThread(cmd)
+	if err != nil {
 		fmt.Fprintf(s.err, "distlock run: %v\n", err)
 		releaseLease(lease, logf)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
@@ -137,8 +151,6 @@ func runLocked(ctx context.Context, c runConfig, argv []string, s stdio) int {
 			_ = syscall.Kill(-cmd.Process.Pid, sig) // the whole group
 		}
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 
 	leaseDone, ctxDone := lease.Done(), ctx.Done()
 	var kill <-chan time.Time
@@ -174,6 +186,12 @@ wait:
 			signalChild(syscall.SIGKILL)
 		}
 	}
+	if !c.foreground {
+		// Background children left in the group would otherwise run on
+		// after the release. While the group has members its id cannot be
+		// reused; an empty group makes this a no-op (ESRCH).
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 	if lost {
 		// Frees the key at once if only our local clock gave up on it.
 		releaseLease(lease, func(string, ...any) {})
@@ -181,6 +199,32 @@ wait:
 	}
 	releaseLease(lease, logf)
 	return exitStatus(waitErr, cmd.ProcessState)
+}
+
+// startOnLockedThread starts cmd and waits for it from one goroutine locked
+// to its OS thread; the returned channel yields cmd.Wait's error. Linux
+// sends the parent-death signal when the thread that started the child
+// exits, not the process: the Go runtime ends a thread when a goroutine
+// exits locked to it, so a command started from an unlocked goroutine could
+// be killed by some later goroutine's exit. Holding this thread until the
+// command has been reaped keeps the signal for distlock's own death.
+func startOnLockedThread(cmd *exec.Cmd) (<-chan error, error) {
+	started := make(chan error, 1)
+	exited := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread() // the command is reaped: the thread may go back
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return exited, nil
 }
 
 // acquireForRun waits for the lock; on failure it returns a nil lease and

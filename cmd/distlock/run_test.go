@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -260,5 +261,178 @@ func TestRunBinaryRedisProcesses(t *testing.T) {
 	t2, _ := strconv.Atoi(strings.TrimSpace(out2.String()))
 	if t1 <= 0 || t2 <= t1 {
 		t.Errorf("tokens %q then %q: want positive and increasing", out1.String(), out2.String())
+	}
+}
+
+// TestRunBinarySIGKILLTakesCommand: SIGKILL to a `distlock run` holding a
+// Redis lock must take its command with it; a command reparented to init
+// would keep running while the lock is free for the next holder (issue
+// #18). Linux only: elsewhere nothing can tie the command to a SIGKILLed
+// parent.
+func TestRunBinarySIGKILLTakesCommand(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("parent-death signals are Linux-only")
+	}
+	if !registered("redis") {
+		t.Skip("redis:// is not registered in this build")
+	}
+	s := testserver.Redis(t)
+	url := "redis://" + s.Addr() + "/0"
+	for _, fg := range []bool{false, true} {
+		t.Run(fmt.Sprintf("foreground=%v", fg), func(t *testing.T) {
+			args := []string{"run", "-q", "--url", url, "--key", "sigkill-" + strconv.FormatBool(fg)}
+			if fg {
+				args = append(args, "--foreground")
+			}
+			cmd := exec.Command(binPath, append(args, "--", "sleep", "30")...)
+			// A file, not a pipe: cmd.Wait would wait for a surviving
+			// command to close its end.
+			out, err := os.Create(filepath.Join(t.TempDir(), "out"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer out.Close()
+			cmd.Stdout, cmd.Stderr = out, out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Process.Kill()
+			// The command exists only once distlock holds the lock.
+			child := waitChild(t, cmd.Process.Pid, "sleep")
+			defer child.kill()
+
+			if err := cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait()
+			deadline := time.Now().Add(2 * time.Second)
+			for child.alive() {
+				if time.Now().After(deadline) {
+					b, _ := os.ReadFile(out.Name())
+					t.Fatalf("command (pid %d) still running 2s after distlock was SIGKILLed; distlock's output:\n%s", child.pid, b)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// TestRunBinaryKillsLeftoverGroup: what the command leaves running in its
+// process group is killed before distlock releases the lock, so no
+// background child outlives the lock.
+func TestRunBinaryKillsLeftoverGroup(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the test finds processes through /proc")
+	}
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	for _, tc := range []struct {
+		name, script string
+		code         int
+		expire       bool
+	}{
+		{"exit", fmt.Sprintf(`sleep 30 >/dev/null 2>&1 & echo $! > %q; exit 3`, pidFile), 3, false},
+		{"lease-lost", fmt.Sprintf(`trap 'exit 0' TERM; (trap '' TERM; exec sleep 30) >/dev/null 2>&1 & echo $! > %q; while :; do sleep 0.02; done`, pidFile), exitLeaseLost, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_ = os.Remove(pidFile)
+			url, store := memURL(t) // in-process: mem:// is fine
+			wait, _ := startCLI("run", "-q", "--url", url, "--key", "k", "--grace", "5s", "--", "sh", "-c", tc.script)
+			waitFile(t, pidFile)
+			time.Sleep(20 * time.Millisecond) // the pid is written in full
+			b, err := os.ReadFile(pidFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil {
+				t.Fatalf("pid file %q: %v", b, err)
+			}
+			bg := procOf(pid)
+			defer bg.kill()
+			if tc.expire && !store.ForceExpire("k") {
+				t.Fatal("key not held while the command runs")
+			}
+			r := wait()
+			if r.code != tc.code {
+				t.Errorf("code %d, want %d\n%s", r.code, tc.code, r.stderr)
+			}
+			deadline := time.Now().Add(2 * time.Second)
+			for bg.alive() {
+				if time.Now().After(deadline) {
+					t.Fatalf("background child (pid %d) still running after distlock returned", pid)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// proc is a process identified by pid and start time, so that a recycled
+// pid is not mistaken for it.
+type proc struct {
+	pid   int
+	start string
+}
+
+// procStat returns /proc/pid/stat's state, ppid, comm and start time.
+func procStat(pid int) (state byte, ppid int, comm, start string, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, "", "", false
+	}
+	s := string(b)
+	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || closing < open {
+		return 0, 0, "", "", false
+	}
+	f := strings.Fields(s[closing+1:]) // state ppid pgrp ... starttime is f[19]
+	if len(f) < 20 {
+		return 0, 0, "", "", false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	return f[0][0], ppid, s[open+1 : closing], f[19], true
+}
+
+func procOf(pid int) proc {
+	_, _, _, start, _ := procStat(pid)
+	return proc{pid, start}
+}
+
+// alive: the process exists and is not a zombie (PID 1 in a container may
+// never reap it).
+func (p proc) alive() bool {
+	if syscall.Kill(p.pid, 0) != nil {
+		return false
+	}
+	state, _, _, start, ok := procStat(p.pid)
+	return ok && state != 'Z' && start == p.start
+}
+
+// kill cleans up after a failed test.
+func (p proc) kill() {
+	if p.alive() {
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	}
+}
+
+// waitChild waits (bounded) for parent's child named comm.
+func waitChild(t *testing.T, parent int, comm string) proc {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			if state, ppid, c, start, ok := procStat(pid); ok && ppid == parent && c == comm && state != 'Z' {
+				return proc{pid, start}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no child %q of pid %d appeared", comm, parent)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
