@@ -154,16 +154,22 @@ func (l *locker) acquire(ctx context.Context, key string, opts []Option, wait, r
 	if wait && l.mode == driver.WaitQueue {
 		// The server's queue; Lock leaves nothing behind on failure, so a
 		// server out of reach is simply tried again.
+		var unreachable error // the last transient failure, for the caller if ctx ends
 		for attempt := 0; ; attempt++ {
 			start = now()
 			g, err = l.b.Lock(bctx, req)
+			if err != nil && bctx.Err() != nil && unreachable != nil {
+				err = unreachable
+			}
 			if err == nil || !transient(err) || bctx.Err() != nil {
 				break
 			}
+			unreachable = err
 			l.log(slog.LevelWarn, "server unavailable; retrying", key, err)
 			if driver.Sleep(bctx, backoff(&o, attempt)) != nil {
 				break // err is the last failure; acquireError adds ctx's
 			}
+			req.Owner = newOwner() // nothing of the failed attempt may match the next
 		}
 	} else if wait {
 		g, start, err = l.poll(bctx, &req, &o)
@@ -198,7 +204,8 @@ func (l *locker) acquireError(ctx, bctx context.Context, key string, err error) 
 		return fmt.Errorf("%w: acquiring %q", ErrClosed, key)
 	}
 	if cerr := ctx.Err(); cerr != nil {
-		if !errors.Is(err, ErrNotAcquired) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		if errors.Is(err, ErrUnavailable) ||
+			!errors.Is(err, ErrNotAcquired) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 			// Keep what the server said: "deadline exceeded" alone hides
 			// a dead server.
 			return fmt.Errorf("%w (last error: %w)", waitEnded(key, cerr), unavailable(err))

@@ -15,11 +15,28 @@ import (
 )
 
 // transient reports whether err says the server could not be reached (as
-// opposed to an answer): a waiting Acquire tries again after it.
+// opposed to an answer, such as a refused certificate or an unknown host):
+// a waiting Acquire tries again after it.
 func transient(err error) bool {
+	if errors.Is(err, ErrUnavailable) {
+		return true
+	}
+	if errors.Is(err, net.ErrClosed) {
+		return false // our own client was closed
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return dns.IsTimeout || dns.IsTemporary
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return op.Op != "remote error" // a TLS alert is an answer
+	}
 	var ne net.Error
-	return errors.Is(err, ErrUnavailable) || errors.As(err, &ne) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+	if errors.As(err, &ne) {
+		return ne.Timeout()
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
 }
 
@@ -98,6 +115,7 @@ func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settin
 			l.log(slog.LevelWarn, "subscribe failed; polling instead", req.Key, err)
 		}
 	}
+	var unreachable error // the last transient failure, for the caller if ctx ends
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			req.Owner = newOwner()
@@ -107,7 +125,11 @@ func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settin
 		if err != nil && !errors.Is(err, ErrNotAcquired) {
 			l.abandon(*req, o)
 		}
+		if err != nil && ctx.Err() != nil && unreachable != nil {
+			return driver.Grant{}, time.Time{}, unreachable
+		}
 		if err != nil && transient(err) && ctx.Err() == nil {
+			unreachable = err
 			// Out of reach for now: wait as for a held key, and keep the
 			// error for the caller if ctx ends first.
 			l.log(slog.LevelWarn, "server unavailable; retrying", req.Key, err)

@@ -202,7 +202,7 @@ func Hosts(u *url.URL, defaultPort string) ([]string, error) {
 		}
 		host, port, err := net.SplitHostPort(h)
 		if err != nil && defaultPort != "" {
-			host, port, err = h, defaultPort, nil
+			host, port, err = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"), defaultPort, nil
 			h = net.JoinHostPort(host, port)
 		}
 		if err != nil || host == "" {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -25,7 +26,7 @@ import (
 // server must answer a PING within the dial timeout (default 5s, and never
 // past ctx): otherwise Open fails with an error matching ErrUnavailable.
 func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backend, error) {
-	if u.Host == "" || u.Hostname() == "" {
+	if u.Host == "" || u.Hostname() == "" || strings.Contains(u.Host, ",") {
 		return nil, fmt.Errorf("%w: %s://… has no host (want %s://host:6379)", distlock.ErrInvalidURL, u.Scheme, u.Scheme)
 	}
 	if p := u.Port(); p != "" {

@@ -19,8 +19,14 @@ func init() {
 }
 
 // ErrNoQuorum is matched by the error of an acquire, refresh or release that
-// could not reach a quorum of nodes; the message says how many answered.
-var ErrNoQuorum = errors.New("redlock: no quorum of nodes")
+// could not reach a quorum of nodes; the message says how many answered. It
+// also matches distlock.ErrUnavailable, so a waiting Acquire tries again.
+var ErrNoQuorum error = noQuorum{}
+
+type noQuorum struct{}
+
+func (noQuorum) Error() string        { return "redlock: no quorum of nodes" }
+func (noQuorum) Is(target error) bool { return target == driver.ErrUnavailable }
 
 // New returns a Locker over clients, one per independent Redis node (an odd
 // number, at least 3). Close does not close the clients unless

@@ -62,14 +62,23 @@ func (b *backend) acquire(ctx context.Context, req driver.Request, wait bool) (d
 	dir := b.base + "/" + escapeKey(req.Key)
 	n, stat, err := b.enqueue(ctx, conn, dir, req.Owner)
 	if err != nil {
-		return driver.Grant{}, err
+		return driver.Grant{}, b.unreachable(err)
 	}
 	g, err := b.await(ctx, conn, req.Key, n, stat, wait)
 	if err != nil {
 		b.dequeue(ctx, conn, n)
-		return driver.Grant{}, err
+		return driver.Grant{}, b.unreachable(err)
 	}
 	return g, nil
+}
+
+// unreachable makes the errors of a connection that is down match
+// ErrUnavailable, so that a waiting Acquire tries again.
+func (b *backend) unreachable(err error) error {
+	if errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, errSessionLost) {
+		return driver.Unavailable("zookeeper", err)
+	}
+	return err
 }
 
 // firstLook is what the create's goroutine learned right after the create:
