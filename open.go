@@ -64,9 +64,10 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Locker, error) {
 	} else if err := validateTTL(s.TTL); err != nil {
 		return nil, err
 	}
-	b, err := opener(ctx, &u2, opts)
+	lockerOpts, backendOpts := driver.SplitOptions(opts)
+	b, err := opener(ctx, &u2, backendOpts)
 	if err != nil {
 		return nil, err
 	}
-	return New(b, opts...) // closes b if it fails
+	return New(b, lockerOpts...) // closes b if it fails
 }

@@ -116,7 +116,7 @@ func WithReleaseTimeout(d time.Duration) Option {
 // failed releases, and the backend's own) to l. By default nothing is
 // logged.
 func WithLogger(l *slog.Logger) Option {
-	return lockerOption("WithLogger", func(o *driver.Settings) { o.Logger = l })
+	return driver.NewOption("WithLogger", driver.ScopeShared, func(o *driver.Settings) { o.Logger = l })
 }
 
 // WithObserver reports lock events to ob, for metrics and tracing.

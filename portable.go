@@ -20,7 +20,7 @@ func New(b driver.Backend, opts ...Option) (Locker, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: nil backend", ErrInvalidOption)
 	}
-	o, err := driver.Resolve(defaultSettings(), b.Guarantees().Backend, opts)
+	o, err := driver.ResolveLocker(defaultSettings(), b.Guarantees().Backend, opts)
 	if err == nil {
 		err = validateTTL(o.TTL)
 	}
@@ -145,7 +145,7 @@ func (l *locker) acquire(ctx context.Context, key string, opts []Option, wait, r
 	// try), so nothing a failed attempt leaves behind, such as a late
 	// release or a lock set by a request whose reply was lost, can match
 	// a later attempt.
-	req := driver.Request{Key: key, TTL: o.TTL, Owner: newOwner()}
+	req := driver.Request{Key: key, TTL: o.TTL, Owner: newOwner(), Drift: o.DriftRule()}
 	began := now()
 	var (
 		g     driver.Grant
@@ -219,7 +219,7 @@ func (l *locker) acquireError(ctx, bctx context.Context, key string, err error) 
 }
 
 func (l *locker) newLease(req driver.Request, g driver.Grant, start time.Time, o *driver.Settings, renew bool) (*Lease, error) {
-	g.Key, g.Owner, g.TTL = req.Key, req.Owner, req.TTL
+	g.Key, g.Owner, g.TTL, g.Drift = req.Key, req.Owner, req.TTL, req.Drift
 	validity := g.Validity
 	if validity <= 0 {
 		validity = req.TTL

@@ -86,14 +86,19 @@ type Request struct {
 	Key   string
 	TTL   time.Duration
 	Owner string // random, unique to this attempt; the backend's ownership proof
+	// Drift is the call's clock-drift rule; the portable layer takes
+	// Drift.For(TTL) off the validity a backend reports. A backend that
+	// judges validity itself (Redlock, per node) uses the same rule.
+	Drift Drift
 }
 
-// Grant describes a lock a backend handed out. Key, Owner and TTL are
-// filled in by the portable layer; Unlock gets the lease's current TTL.
+// Grant describes a lock a backend handed out. Key, Owner, TTL and Drift
+// are filled in by the portable layer; Unlock gets the lease's current TTL.
 type Grant struct {
 	Key   string
 	Owner string
 	TTL   time.Duration
+	Drift Drift // the lease's drift rule, for Refresh (Drift.For(ttl))
 	Token Token
 	// Validity is how long, from the start of the attempt, the lock is known
 	// to be held; zero means the requested TTL.

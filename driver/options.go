@@ -16,6 +16,9 @@ const (
 	// ScopeCall options are defaults at construction and may also be
 	// passed to a single call (Acquire, TryAcquire, Do, Lease.Refresh).
 	ScopeCall
+	// ScopeShared options configure the Locker and are read by the backend
+	// as well (the logger): constructors, NewBackend and Open.
+	ScopeShared
 )
 
 // Option is one setting: a portable one (distlock.WithTTL…) or a backend's
@@ -54,7 +57,8 @@ func BackendOption(backend, name string, key, value any) Option {
 // with ErrInvalidOption and the given message: With… functions use it to
 // reject bad values without panicking.
 func InvalidOption(format string, args ...any) Option {
-	return Option{name: "invalid option", scope: ScopeCall, apply: func(s *Settings) { s.Invalid(format, args...) }}
+	// Scope 0: every resolver applies it, so the error is the message given.
+	return Option{name: "invalid option", apply: func(s *Settings) { s.Invalid(format, args...) }}
 }
 
 // Defaults of the portable settings.
@@ -104,33 +108,82 @@ func (s *Settings) Invalid(format string, args ...any) {
 }
 
 // Drift is the safety margin taken off a lease's validity for clock drift
-// between the client and the servers, and for scheduling delays: the one
-// validity formula every backend and the portable layer use.
-func (s *Settings) Drift(ttl time.Duration) time.Duration {
-	return time.Duration(float64(ttl)*s.DriftFactor) + s.DriftMin
+// between the client and the servers, and for scheduling delays.
+func (s *Settings) Drift(ttl time.Duration) time.Duration { return s.DriftRule().For(ttl) }
+
+// DriftRule returns the drift settings as the portable layer hands them to
+// backends in Request and Grant.
+func (s *Settings) DriftRule() Drift { return Drift{Factor: s.DriftFactor, Min: s.DriftMin} }
+
+// Drift is the clock-drift rule (WithDrift): the one validity formula the
+// portable layer and every backend use.
+type Drift struct {
+	Factor float64
+	Min    time.Duration
 }
 
-// Resolve applies opts, as given to the constructor of backend (its
-// Guarantees().Backend name), on top of base.
-func Resolve(base Settings, backend string, opts []Option) (Settings, error) {
-	s := base
-	if s.backend != nil { // do not write into base's map
-		m := make(map[any]any, len(s.backend))
-		for k, v := range s.backend {
-			m[k] = v
-		}
-		s.backend = m
+// For returns the allowance for a lock of ttl: ttl·Factor + Min. The zero
+// Drift (a Request built by hand) means the defaults, never no margin.
+func (d Drift) For(ttl time.Duration) time.Duration {
+	if d == (Drift{}) {
+		d = Drift{Factor: DefaultDriftFactor, Min: DefaultDriftMin}
 	}
+	return time.Duration(float64(ttl)*d.Factor) + d.Min
+}
+
+// ResolveLocker applies opts, as given to distlock.New, on top of base.
+// Backend options are refused: the backend they configure is built already.
+func ResolveLocker(base Settings, backend string, opts []Option) (Settings, error) {
+	s := base
+	s.backend = nil
 	for _, o := range opts {
 		switch {
 		case o.apply == nil:
-		case o.owner != "" && o.owner != backend:
-			s.Invalid("%s is an option of the %s backend, not of %s", o.name, o.owner, backend)
+		case o.owner != "":
+			s.Invalid("%s configures the %s backend: pass it to %s.New, NewBackend or Open, not to distlock.New (of a %s backend)",
+				o.name, o.owner, o.owner, backend)
 		default:
 			o.apply(&s)
 		}
 	}
 	return s, s.err
+}
+
+// ResolveBackend applies opts, as given to the constructor of backend (its
+// Guarantees().Backend name), on top of the defaults: that backend's own
+// options and the shared ones (the logger). Another backend's option, or a
+// portable setting the backend cannot apply (a TTL, a release timeout), is
+// an error matching ErrInvalidOption.
+func ResolveBackend(backend string, opts []Option) (Settings, error) {
+	s := Defaults()
+	for _, o := range opts {
+		switch {
+		case o.apply == nil:
+		case o.owner != "" && o.owner != backend:
+			s.Invalid("%s is an option of the %s backend, not of %s", o.name, o.owner, backend)
+		case o.owner == "" && o.scope != ScopeShared && o.scope != 0:
+			s.Invalid("%s configures the Locker, not the %s backend: pass it to %s.New, Open or distlock.New",
+				o.name, backend, backend)
+		default:
+			o.apply(&s)
+		}
+	}
+	return s, s.err
+}
+
+// SplitOptions separates the options given to a backend package's New (or
+// to an opener) into those for distlock.New (portable and shared) and those
+// for the backend's own constructor (its options and the shared ones).
+func SplitOptions(opts []Option) (locker, backend []Option) {
+	for _, o := range opts {
+		if o.owner == "" {
+			locker = append(locker, o)
+		}
+		if o.owner != "" || o.scope == ScopeShared || o.scope == 0 {
+			backend = append(backend, o)
+		}
+	}
+	return locker, backend
 }
 
 // Check applies opts on top of base whoever they belong to, to report an
@@ -156,7 +209,7 @@ func ResolveCall(base Settings, opts []Option) (Settings, error) {
 		case o.apply == nil:
 		case o.owner != "":
 			s.Invalid("%s configures the %s backend: pass it to the constructor or Open, not to a call", o.name, o.owner)
-		case o.scope != ScopeCall:
+		case o.scope != ScopeCall && o.scope != 0:
 			s.Invalid("%s configures the Locker: pass it to the constructor or Open, not to a call", o.name)
 		default:
 			o.apply(&s)

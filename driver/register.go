@@ -14,11 +14,13 @@ import (
 )
 
 // Opener makes a Backend from a URL for distlock.Open. The URL's query has
-// already lost the portable parameters (ttl, autorenew, renew_interval),
-// which arrive in opts with the caller's options; the opener reads its own
+// already lost the portable parameters (ttl, autorenew, renew_interval);
+// opts are the caller's backend and shared options (see SplitOptions), to
+// resolve with ResolveBackend, and the opener reads its own
 // parameters with a [Query], builds its client, and checks that the server
 // answers (bounded by ctx) so that a bad address fails at Open with an error
-// matching ErrUnavailable. distlock.Open then wraps the Backend with opts.
+// matching ErrUnavailable. distlock.Open then wraps the Backend with the
+// portable options.
 type Opener func(ctx context.Context, u *url.URL, opts []Option) (Backend, error)
 
 var (

@@ -23,25 +23,31 @@ const cleanupTimeout = time.Second
 // Guarantees().FailuresTolerated assumes the client's endpoints are the
 // cluster's members: a minority of them, (n−1)/2.
 func New(client *clientv3.Client, opts ...distlock.Option) (distlock.Locker, error) {
-	b, err := newBackend(client, false, opts)
+	lockerOpts, backendOpts := driver.SplitOptions(opts)
+	b, err := newBackend(client, false, backendOpts)
 	if err != nil {
 		return nil, err
 	}
-	return distlock.New(b, opts...) // closes b if it fails
+	return distlock.New(b, lockerOpts...) // closes b if it fails
 }
 
 // NewBackend returns the raw Backend on client, for wrapping (tests,
-// middleware) before passing it to distlock.New. As with New, the client is
-// not closed by Close.
+// middleware) before passing it to distlock.New. It takes etcd's own
+// options and WithLogger; the portable ones go to distlock.New. As with
+// New, the client is not closed by Close.
 func NewBackend(client *clientv3.Client, opts ...distlock.Option) (driver.Backend, error) {
-	return newBackend(client, false, opts)
+	b, err := newBackend(client, false, opts)
+	if err != nil {
+		return nil, err // not a nil *backend in a non-nil interface
+	}
+	return b, nil
 }
 
 func newBackend(cli *clientv3.Client, owns bool, opts []distlock.Option) (*backend, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("%w: etcd: nil client", distlock.ErrInvalidOption)
 	}
-	o, err := driver.Resolve(driver.Settings{}, "etcd", opts)
+	o, err := driver.ResolveBackend("etcd", opts)
 	if err != nil {
 		return nil, err
 	}

@@ -44,7 +44,7 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 		return nil, err
 	}
 	opts = append(own, opts...)
-	if _, err := driver.Resolve(driver.Settings{}, "etcd", opts); err != nil {
+	if _, err := driver.ResolveBackend("etcd", opts); err != nil {
 		return nil, err // before dialling
 	}
 	if err := driver.Reachable(ctx, endpoints, dial); err != nil {

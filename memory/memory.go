@@ -15,7 +15,7 @@ func init() {
 		if err := driver.NewQuery(u).Done(); err != nil {
 			return nil, err
 		}
-		o, err := driver.Resolve(driver.Settings{}, "memory", opts)
+		o, err := driver.ResolveBackend("memory", opts)
 		if err != nil {
 			return nil, err
 		}
@@ -73,12 +73,13 @@ func WithStore(s *Store) distlock.Option {
 
 // New returns a Locker on an in-process Store.
 func New(opts ...distlock.Option) (distlock.Locker, error) {
-	o, err := driver.Resolve(driver.Settings{}, "memory", opts)
+	lockerOpts, backendOpts := driver.SplitOptions(opts)
+	o, err := driver.ResolveBackend("memory", backendOpts)
 	if err != nil {
 		return nil, err
 	}
 	s := driver.BackendValueOr[*Store](o, storeKey{}, NewStore())
-	return distlock.New(NewBackend(s), opts...)
+	return distlock.New(NewBackend(s), lockerOpts...)
 }
 
 // NewBackend returns the raw Backend on s, for wrapping (tests, middleware).

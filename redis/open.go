@@ -63,7 +63,7 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 		return nil, err
 	}
 	opts = append(append(bopts, opts...), WithCloseClient(true))
-	if _, err := driver.Resolve(driver.Settings{}, "redis", opts); err != nil {
+	if _, err := driver.ResolveBackend("redis", opts); err != nil {
 		return nil, err // before dialling
 	}
 	// What is left is go-redis's to read (and to reject if unknown).

@@ -40,27 +40,32 @@ const setupTimeout = 5 * time.Second
 // is given it reads the server's maxmemory-policy once (CONFIG GET, bounded
 // by 5s). Close does not close client unless WithCloseClient(true).
 func New(client goredis.UniversalClient, opts ...distlock.Option) (distlock.Locker, error) {
-	b, err := NewBackend(client, opts...)
+	lockerOpts, backendOpts := driver.SplitOptions(opts)
+	b, err := NewBackend(client, backendOpts...)
 	if err != nil {
 		return nil, err
 	}
-	return distlock.New(b, opts...) // closes b if it fails
+	return distlock.New(b, lockerOpts...) // closes b if it fails
 }
 
 // NewBackend returns the raw Backend on client, for wrapping (tests,
-// middleware) before passing it to distlock.New. It takes the same options
-// as New.
+// middleware) before passing it to distlock.New. It takes redis's own
+// options and WithLogger; the portable ones go to distlock.New.
 func NewBackend(client goredis.UniversalClient, opts ...distlock.Option) (driver.Backend, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
-	return newBackend(ctx, client, opts)
+	b, err := newBackend(ctx, client, opts)
+	if err != nil {
+		return nil, err // not a nil *backend in a non-nil interface
+	}
+	return b, nil
 }
 
 func newBackend(ctx context.Context, client goredis.UniversalClient, opts []distlock.Option) (*backend, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redis: nil client", distlock.ErrInvalidOption)
 	}
-	o, err := driver.Resolve(driver.Settings{}, "redis", opts)
+	o, err := driver.ResolveBackend("redis", opts)
 	if err != nil {
 		return nil, err
 	}

@@ -85,7 +85,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	// that accepts, even after the decision, holds the lock until start +
 	// TTL by its clock.
 	h := &handle{keys: k, ours: make([]time.Time, n), oursSeq: make([]uint64, n)}
-	valid := start.Add(req.TTL - b.drift(req.TTL))
+	valid := start.Add(req.TTL - req.Drift.For(req.TTL))
 	// Learned inside the call, before its reply is counted: the grant
 	// must not go out knowing less than the answers that decided it.
 	ch2, _ := b.fanOut(ctx, t1.yes, nt, func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {

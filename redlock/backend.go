@@ -21,7 +21,6 @@ type backend struct {
 	quorum       int
 	nodeTimeout  time.Duration // 0: defaultNodeTimeout(ttl)
 	closeClients bool
-	settings     driver.Settings // for the drift allowance: the portable layer's formula
 
 	// wg tracks the node calls that outlive the operation that started
 	// them (stragglers and background releases); Close waits for them,
@@ -100,7 +99,6 @@ func (b *backend) timeout(ttl time.Duration) time.Duration {
 	return defaultNodeTimeout(ttl)
 }
 
-func (b *backend) drift(ttl time.Duration) time.Duration { return b.settings.Drift(ttl) }
 
 // Close waits for the node calls still running (each bounded by the node
 // timeout), then stops the notifiers and, with WithCloseClients, closes the

@@ -68,7 +68,7 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 		}))
 	}
 	opts = append(append(bopts, opts...), WithCloseClients(true))
-	if _, err := driver.Resolve(driver.Settings{}, "redlock", opts); err != nil {
+	if _, err := driver.ResolveBackend("redlock", opts); err != nil {
 		closeAll()
 		return nil, err // before dialling
 	}

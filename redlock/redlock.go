@@ -32,23 +32,23 @@ func (noQuorum) Is(target error) bool { return target == driver.ErrUnavailable }
 // number, at least 3). Close does not close the clients unless
 // WithCloseClients(true).
 func New(clients []goredis.UniversalClient, opts ...distlock.Option) (distlock.Locker, error) {
-	b, err := newBackend(clients, opts)
+	lockerOpts, backendOpts := driver.SplitOptions(opts)
+	b, err := newBackend(clients, backendOpts)
 	if err != nil {
 		return nil, err
 	}
-	l, err := distlock.New(b, opts...)
-	if err != nil {
-		_ = b.Close()
-		return nil, err
-	}
-	return l, nil
+	return distlock.New(b, lockerOpts...) // closes b if it fails
 }
 
 // NewBackend returns the raw Backend over clients, for wrapping (tests,
-// middleware) before passing it to distlock.New. It takes the same options
-// as New; pass the drift options to distlock.New as well.
+// middleware) before passing it to distlock.New. It takes redlock's own
+// options and WithLogger; the portable ones go to distlock.New.
 func NewBackend(clients []goredis.UniversalClient, opts ...distlock.Option) (driver.Backend, error) {
-	return newBackend(clients, opts)
+	b, err := newBackend(clients, opts)
+	if err != nil {
+		return nil, err // not a nil *backend in a non-nil interface
+	}
+	return b, nil
 }
 
 func newBackend(clients []goredis.UniversalClient, opts []distlock.Option) (*backend, error) {
@@ -61,7 +61,7 @@ func newBackend(clients []goredis.UniversalClient, opts []distlock.Option) (*bac
 			return nil, fmt.Errorf("%w: redlock: client %d is nil", distlock.ErrInvalidOption, i)
 		}
 	}
-	o, err := driver.Resolve(driver.Defaults(), "redlock", opts)
+	o, err := driver.ResolveBackend("redlock", opts)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +70,6 @@ func newBackend(clients []goredis.UniversalClient, opts []distlock.Option) (*bac
 	closeClients, _ := driver.BackendValue[bool](o, closeClientsKey{})
 	b := &backend{
 		prefix: prefix, quorum: n/2 + 1, nodeTimeout: nt, closeClients: closeClients,
-		settings: o,
 	}
 	for _, c := range clients {
 		b.nodes = append(b.nodes, &node{client: c, notifier: redisnode.NewNotifier(c, prefix)})

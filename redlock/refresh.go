@@ -23,7 +23,7 @@ func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration
 	start := time.Now()
 	nt := b.timeout(ttl)
 	n := len(b.nodes)
-	valid := start.Add(ttl - b.drift(ttl))
+	valid := start.Add(ttl - g.Drift.For(ttl))
 	nonce := newNonce()
 	h.mu.Lock()
 	before := slices.Clone(h.ours) // what was known before this call

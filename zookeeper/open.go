@@ -56,11 +56,12 @@ func openURL(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Ba
 // backend (middleware), get it from the "zk" URL opener, driver.Lookup("zk"),
 // which dials the same way.
 func Dial(ctx context.Context, servers []string, opts ...distlock.Option) (distlock.Locker, error) {
-	b, err := dialBackend(ctx, servers, opts)
+	lockerOpts, backendOpts := driver.SplitOptions(opts)
+	b, err := dialBackend(ctx, servers, backendOpts)
 	if err != nil {
 		return nil, err
 	}
-	return distlock.New(b, opts...) // closes b if it fails
+	return distlock.New(b, lockerOpts...) // closes b if it fails
 }
 
 // dialBackend is Dial's raw Backend: Dial, the zk:// opener and this
@@ -77,7 +78,7 @@ func dialBackend(ctx context.Context, servers []string, opts []distlock.Option) 
 			return nil, fmt.Errorf("%w: zookeeper: bad server address %q", distlock.ErrInvalidOption, s)
 		}
 	}
-	o, err := driver.Resolve(driver.Settings{}, "zookeeper", opts)
+	o, err := driver.ResolveBackend("zookeeper", opts)
 	if err != nil {
 		return nil, err
 	}

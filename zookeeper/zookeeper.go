@@ -19,19 +19,22 @@ import (
 // loss reaches the leases; see the package documentation for what happens
 // without it, and for what New cannot see of the connection that Dial does.
 func New(conn *zk.Conn, opts ...distlock.Option) (distlock.Locker, error) {
-	b, err := NewBackend(conn, opts...)
+	lockerOpts, backendOpts := driver.SplitOptions(opts)
+	b, err := NewBackend(conn, backendOpts...)
 	if err != nil {
 		return nil, err
 	}
-	return distlock.New(b, opts...) // closes b if it fails
+	return distlock.New(b, lockerOpts...) // closes b if it fails
 }
 
-// NewBackend is New's raw Backend, for wrapping (tests, middleware).
+// NewBackend is New's raw Backend, for wrapping (tests, middleware). It
+// takes zookeeper's own options and WithLogger; the portable ones go to
+// distlock.New.
 func NewBackend(conn *zk.Conn, opts ...distlock.Option) (driver.Backend, error) {
 	if conn == nil {
 		return nil, fmt.Errorf("%w: zookeeper: nil *zk.Conn", distlock.ErrInvalidOption)
 	}
-	o, err := driver.Resolve(driver.Settings{}, "zookeeper", opts)
+	o, err := driver.ResolveBackend("zookeeper", opts)
 	if err != nil {
 		return nil, err
 	}

@@ -81,12 +81,13 @@ func (h *zkHarness) harness() conformance.Harness {
 
 func (h *zkHarness) newLocker(ctx context.Context, opts ...distlock.Option) (distlock.Locker, error) {
 	r := newRelay(h.t, h.srv.Addr(), &h.book)
-	b, err := dialBackend(ctx, []string{r.addr()}, append([]distlock.Option{WithSessionTimeout(sessionTimeout)}, opts...))
+	lockerOpts, backendOpts := driver.SplitOptions(opts)
+	b, err := dialBackend(ctx, []string{r.addr()}, append([]distlock.Option{WithSessionTimeout(sessionTimeout)}, backendOpts...))
 	if err != nil {
 		return nil, err
 	}
 	cb := conformance.NewCrashable(b) // keeps the server queue (Lock)
-	l, err := distlock.New(cb, opts...)
+	l, err := distlock.New(cb, lockerOpts...)
 	if err != nil {
 		return nil, err
 	}
