@@ -99,7 +99,6 @@ func (b *backend) timeout(ttl time.Duration) time.Duration {
 	return defaultNodeTimeout(ttl)
 }
 
-
 // Close waits for the node calls still running (each bounded by the node
 // timeout), then stops the notifiers and, with WithCloseClients, closes the
 // clients.
