@@ -22,6 +22,7 @@ type backend struct {
 	wait        waitSetting
 	closeClient bool
 	notifier    *redisnode.Notifier
+	unroute     func() // ends the routing of go-redis's logs (Open's clients)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -193,6 +194,9 @@ func (b *backend) Close() error {
 		b.closeErr = b.notifier.Close()
 		if b.closeClient {
 			b.closeErr = errors.Join(b.closeErr, b.client.Close())
+		}
+		if b.unroute != nil {
+			b.unroute()
 		}
 	})
 	return b.closeErr

@@ -69,4 +69,13 @@
 //
 // Clients should set ContextTimeoutEnabled so that context deadlines bound
 // socket reads and writes; URLs opened with distlock.Open do.
+//
+// # Logging
+//
+// The backend logs only to the logger given with distlock.WithLogger.
+// go-redis has one logger for the whole process (goredis.SetLogger), on
+// stderr by default: while a Locker from distlock.Open is open, distlock
+// installs a logger there that sends go-redis's lines to the WithLogger
+// loggers of such Lockers, or drops them if none has one. A client passed
+// to New is the caller's, and go-redis's logger is left alone.
 package redis

@@ -12,6 +12,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/redisnode"
 )
 
 // open is the Opener of redis:// and rediss:// URLs. Parameters:
@@ -63,7 +64,8 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 		return nil, err
 	}
 	opts = append(append(bopts, opts...), WithCloseClient(true))
-	if _, err := driver.ResolveBackend("redis", opts); err != nil {
+	o, err := driver.ResolveBackend("redis", opts)
+	if err != nil {
 		return nil, err // before dialling
 	}
 	// What is left is go-redis's to read (and to reject if unknown).
@@ -78,16 +80,20 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 		copt.DialTimeout = setupTimeout
 	}
 	client := goredis.NewClient(copt)
+	unroute := redisnode.RouteLogs(o.Logger) // the client is ours, so are its logs
 	pctx, cancel := context.WithTimeout(ctx, copt.DialTimeout)
 	defer cancel()
 	if err := client.Ping(pctx).Err(); err != nil {
 		_ = client.Close()
+		unroute()
 		return nil, driver.Unavailable(copt.Addr, err)
 	}
 	b, err := newBackend(pctx, client, opts)
 	if err != nil {
 		_ = client.Close()
+		unroute()
 		return nil, err
 	}
+	b.unroute = unroute
 	return b, nil
 }

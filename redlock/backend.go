@@ -21,6 +21,7 @@ type backend struct {
 	quorum       int
 	nodeTimeout  time.Duration // 0: defaultNodeTimeout(ttl)
 	closeClients bool
+	unroute      func() // ends the routing of go-redis's logs (Open's clients)
 
 	// wg tracks the node calls that outlive the operation that started
 	// them (stragglers and background releases); Close waits for them,
@@ -106,6 +107,9 @@ func (b *backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.wg.Wait()
 		b.closeErr = b.closeNodes()
+		if b.unroute != nil {
+			b.unroute()
+		}
 	})
 	return b.closeErr
 }

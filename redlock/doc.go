@@ -105,4 +105,7 @@
 // Clients should set ContextTimeoutEnabled so that context deadlines bound
 // socket reads; this backend also stops waiting for a node after the node
 // timeout whatever its client does.
+//
+// go-redis's log lines, for the clients distlock.Open dials, go to the
+// logger given with distlock.WithLogger or nowhere (see package redis).
 package redlock

@@ -14,6 +14,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/redisnode"
 )
 
 // open is the Opener of redlock:// URLs:
@@ -68,19 +69,24 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 		}))
 	}
 	opts = append(append(bopts, opts...), WithCloseClients(true))
-	if _, err := driver.ResolveBackend("redlock", opts); err != nil {
+	o, err := driver.ResolveBackend("redlock", opts)
+	if err != nil {
 		closeAll()
 		return nil, err // before dialling
 	}
+	unroute := redisnode.RouteLogs(o.Logger) // the clients are ours, so are their logs
 	if err := pingQuorum(ctx, clients, dial); err != nil {
 		closeAll()
+		unroute()
 		return nil, err
 	}
 	b, err := newBackend(clients, opts)
 	if err != nil {
 		closeAll()
+		unroute()
 		return nil, err
 	}
+	b.unroute = unroute
 	return b, nil
 }
 
