@@ -25,6 +25,7 @@ require (
 	github.com/prometheus/client_golang v1.13.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/rs/zerolog v1.28.0
+	github.com/spf13/pflag v1.1.0
 	github.com/wcharczuk/go-chart/v2 v2.1.2
 	golang.org/x/sys v0.49.0
 )

@@ -62,6 +62,7 @@ type urlList []string
 
 func (u *urlList) String() string     { return strings.Join(*u, ",") }
 func (u *urlList) Set(s string) error { *u = append(*u, s); return nil }
+func (u *urlList) Type() string       { return "URL" }
 
 // intList is a comma-separated list of positive integers.
 type intList []int
@@ -73,6 +74,8 @@ func (l *intList) String() string {
 	}
 	return strings.Join(s, ",")
 }
+
+func (l *intList) Type() string { return "ints" }
 
 func (l *intList) Set(v string) error {
 	*l = nil
@@ -90,6 +93,7 @@ func (l *intList) Set(v string) error {
 type strList []string
 
 func (l *strList) String() string { return strings.Join(*l, ",") }
+func (l *strList) Type() string   { return "list" }
 func (l *strList) Set(v string) error {
 	*l = nil
 	for _, f := range strings.Split(v, ",") {
@@ -109,16 +113,16 @@ func benchFlags(name, help string, s stdio) (*benchConfig, func([]string) (int, 
 	fs.Var((*urlList)(&c.urls), "url", "backend URL to measure (repeatable); none: start local servers for every registered backend")
 	fs.DurationVar(&c.duration, "duration", 500*time.Millisecond, "length of each timed measurement")
 	fs.IntVar(&c.repeat, "repeat", 3, "repeats of each measurement (min/median/max are reported)")
-	fs.Var((*intList)(&c.workers), "workers", "client counts of the contended measurement")
-	fs.Var((*strList)(&c.measures), "measure", "measurements to run: "+strings.Join(allMeasures, ","))
+	fs.Var((*intList)(&c.workers), "workers", "client counts of the contended measurement, comma-separated")
+	fs.Var((*strList)(&c.measures), "measure", "measurements to run, comma-separated")
 	fs.DurationVar(&c.crashTTL, "crash-ttl", 2*time.Second, "lease TTL of the crashed holder")
-	fs.StringVar(&c.jsonPath, "json", "", "write the results as JSON to this file")
-	fs.StringVar(&c.htmlPath, "html", "", "write a self-contained HTML report with charts to this file")
-	fs.StringVar(&c.textPath, "text", "", "also write the text table to this file")
-	fs.StringVar(&c.dir, "dir", "", "directory for local servers' data and the fsync probe (default: the system temp dir)")
-	fs.BoolVar(&c.quiet, "q", false, "no progress on stderr")
+	fs.StringVar(&c.jsonPath, "json", "", "write the results as JSON to `FILE`")
+	fs.StringVar(&c.htmlPath, "html", "", "write a self-contained HTML report with charts to `FILE`")
+	fs.StringVar(&c.textPath, "text", "", "also write the text table to `FILE`")
+	fs.StringVar(&c.dir, "dir", "", "`DIR` for local servers' data and the fsync probe (default: the system temp dir)")
+	fs.BoolVarP(&c.quiet, "quiet", "q", false, "no progress on stderr")
 	if name == "compare" {
-		fs.StringVar(&c.faultsPath, "faults", "", "fault-matrix JSON to include (written by: "+matrixfile.Command(defaultFaults)+"); default "+defaultFaults+" if it exists")
+		fs.StringVar(&c.faultsPath, "faults", "", "fault-matrix JSON `FILE` to include (written by: "+matrixfile.Command(defaultFaults)+"); default "+defaultFaults+" if it exists")
 	}
 	return c, func(args []string) (int, bool) {
 		if code, ok := parseFlags(fs, args, s); !ok {

@@ -11,12 +11,14 @@
 // The backend is chosen by URL (mem://, redis://host:port, redlock://h1,h2,h3,
 // etcd://host:port, zk://host:port/path): every backend registered by
 // github.com/distlock/distlock/all is available. `distlock run` reads the
-// URL from --url, else $DISTLOCK_URL, else uses mem:// (one process only).
+// URL from --url, else $DISTLOCK_URL; with neither it stops with a usage
+// error rather than lock nothing across processes (mem:// is in-process
+// only: ask for it explicitly with --url mem://).
 //
 // Exit status of `distlock run`: the command's own status (128+N when it was
 // killed by signal N), or one of distlock's codes:
 //
-//	64  usage error (bad flag, bad URL, no command)
+//	64  usage error (bad flag, no or bad URL, no command)
 //	69  the backend could not be reached or failed
 //	70  the lease was lost while the command ran; the command was signalled
 //	75  the lock was not acquired within --wait
@@ -26,11 +28,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
+	flag "github.com/spf13/pflag"
 
 	_ "github.com/distlock/distlock/all"
 )
@@ -48,8 +52,16 @@ const (
 )
 
 func main() {
+	// go-redis logs each failed dial to stderr on its own; distlock's
+	// error line already names the address and the cause, once.
+	redis.SetLogger(silent{})
 	os.Exit(cli(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
+
+// silent is a go-redis logger that drops everything.
+type silent struct{}
+
+func (silent) Printf(context.Context, string, ...any) {}
 
 // stdio is where a command reads and writes.
 type stdio struct {
@@ -119,31 +131,103 @@ Backends are chosen by URL; registered schemes: `+strings.Join(schemes(), ", ")+
 `)
 }
 
-// newFlags returns a FlagSet that reports errors and help to io.err, with a
-// usage text of head followed by the flags.
-func newFlags(name, head string, s stdio) *flag.FlagSet {
+// flagSet is a subcommand's flags and the help text printed above them.
+type flagSet struct {
+	*flag.FlagSet
+	head string
+}
+
+// newFlags returns a FlagSet for a subcommand: GNU-style --long flags (and
+// a few one-letter shorthands), parsed up to the first argument that is not
+// a flag, with -h/--help and a usage text of head followed by the flags.
+func newFlags(name, head string, s stdio) *flagSet {
 	fs := flag.NewFlagSet("distlock "+name, flag.ContinueOnError)
 	fs.SetOutput(s.err)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), strings.TrimLeft(head, "\n"))
-		fmt.Fprintln(fs.Output(), "\nFlags:")
-		fs.PrintDefaults()
+	fs.SortFlags = false         // declaration order: the important ones first
+	fs.SetInterspersed(false)    // `run --key k cmd --flag`: --flag is cmd's
+	fs.SetNormalizeFunc(aliases) // --q, the old spelling of --quiet
+	// No -h shorthand: pflag answers an unknown -h (and so -help) with
+	// ErrHelp, which a defined -h would turn into "unknown shorthand 'e'".
+	fs.Bool("help", false, "show this help")
+	fs.Usage = func() {} // pflag calls it before returning ErrHelp: parseFlags prints the help itself
+	return &flagSet{fs, strings.TrimLeft(head, "\n")}
+}
+
+// printHelp writes the help text and the flags to w: one flag a row,
+// "--name type" (no type for a switch), the usage wrapped in a column, and
+// the default once, when it is not the type's zero value.
+func (fs *flagSet) printHelp(w io.Writer) {
+	fmt.Fprint(w, fs.head)
+	fmt.Fprintln(w, "\nFlags:")
+	type row struct{ left, usage string }
+	var rows []row
+	width := 0
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Hidden {
+			return
+		}
+		left := "      --" + f.Name
+		if f.Name == "help" {
+			left = "  -h, --help"
+		} else if f.Shorthand != "" {
+			left = "  -" + f.Shorthand + ", --" + f.Name
+		}
+		typ, usage := flag.UnquoteUsage(f) // "" for a switch
+		if typ != "" {
+			left += " " + typ
+		}
+		switch def := f.DefValue; {
+		case def == "" || def == "false" || def == "0" || def == "0s":
+		case f.Value.Type() == "string":
+			usage += fmt.Sprintf(" (default %q)", def)
+		default:
+			usage += " (default " + def + ")"
+		}
+		rows = append(rows, row{left, usage})
+		width = max(width, len(left))
+	})
+	const lineWidth = 80
+	for _, r := range rows {
+		line := fmt.Sprintf("%-*s", width+2, r.left)
+		for i, word := range strings.Fields(r.usage) {
+			if i > 0 && len(line)+1+len(word) > lineWidth {
+				fmt.Fprintln(w, line)
+				line = strings.Repeat(" ", width+2)
+			}
+			line += " " + word
+		}
+		fmt.Fprintln(w, line)
 	}
-	return fs
+}
+
+// aliases maps flag names kept for compatibility to the documented ones.
+func aliases(_ *flag.FlagSet, name string) flag.NormalizedName {
+	if name == "q" {
+		name = "quiet"
+	}
+	return flag.NormalizedName(name)
 }
 
 // parseFlags parses args; ok is false when the command must return code
 // (0 after --help, exitUsage after a bad flag).
-func parseFlags(fs *flag.FlagSet, args []string, s stdio) (code int, ok bool) {
+func parseFlags(fs *flagSet, args []string, s stdio) (code int, ok bool) {
+	name := strings.TrimPrefix(fs.Name(), "distlock ")
 	err := fs.Parse(args)
-	if errors.Is(err, flag.ErrHelp) {
-		// --help is not an error: print the usage to stdout.
-		fs.SetOutput(s.out)
-		fs.Usage()
+	if help, _ := fs.GetBool("help"); help || errors.Is(err, flag.ErrHelp) {
+		fs.printHelp(s.out) // asked for: not an error
 		return exitOK, false
 	}
 	if err != nil {
-		return exitUsage, false // the flag package has printed the error and usage
+		msg := err.Error()
+		// -url (one dash) reads as the shorthands -u -r -l: point at --url.
+		var nx *flag.NotExistError
+		if errors.As(err, &nx) {
+			long, _, _ := strings.Cut(nx.GetSpecifiedShortnames(), "=")
+			if long != "" && fs.Lookup(long) != nil {
+				msg += fmt.Sprintf(" (did you mean --%s?)", long)
+			}
+		}
+		return usageError(s, name, "%s", msg), false
 	}
 	return 0, true
 }
@@ -152,4 +236,12 @@ func parseFlags(fs *flag.FlagSet, args []string, s stdio) (code int, ok bool) {
 func usageError(s stdio, cmd, format string, args ...any) int {
 	fmt.Fprintf(s.err, "distlock %s: %s\nRun \"distlock %s --help\" for usage.\n", cmd, fmt.Sprintf(format, args...), cmd)
 	return exitUsage
+}
+
+// errText is err's message without the "distlock: " the library's errors
+// begin with (wrapped ones may repeat it inside), for a line that already
+// begins with "distlock COMMAND: ".
+func errText(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "distlock: ")
+	return strings.ReplaceAll(msg, ": distlock: ", ": ")
 }

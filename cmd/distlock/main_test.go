@@ -105,12 +105,12 @@ func TestUsage(t *testing.T) {
 		{[]string{"compare", "-h"}, exitOK, "guarantees"},
 		{[]string{"run", "--key", "k"}, exitUsage, "no command given"},
 		{[]string{"run", "--", "true"}, exitUsage, "--key is required"},
-		{[]string{"run", "--key", "k", "--ttl", "-1s", "--", "true"}, exitUsage, "--ttl"},
-		{[]string{"run", "--key", "k", "--bogus", "--", "true"}, exitUsage, "flag provided but not defined"},
+		{[]string{"run", "--key", "k", "--ttl", "-1s", "--", "true"}, exitUsage, "--ttl -1s out of range"},
+		{[]string{"run", "--key", "k", "--bogus", "--", "true"}, exitUsage, "unknown flag: --bogus"},
 		{[]string{"run", "--url", "nosuch://x", "--key", "k", "--", "true"}, exitUsage, `unknown scheme "nosuch"`},
 		{[]string{"run", "--url", "mem://?bad=1", "--key", "k", "--", "true"}, exitUsage, "unknown parameter"},
 		{[]string{"run", "--key", "", "--", "true"}, exitUsage, "--key is required"},
-		{[]string{"run", "--key", "bad\x00key", "--", "true"}, exitUsage, "invalid key"},
+		{[]string{"run", "--url", "mem://", "--key", "bad\x00key", "--", "true"}, exitUsage, "invalid key"},
 		{[]string{"bench", "--duration", "0s"}, exitUsage, "--duration"},
 		{[]string{"bench", "--repeat", "0"}, exitUsage, "--repeat"},
 		{[]string{"bench", "--workers", "2,x"}, exitUsage, "want integers"},
@@ -121,6 +121,75 @@ func TestUsage(t *testing.T) {
 		r := runCLI(t, tc.args...)
 		if r.code != tc.code || !strings.Contains(r.stdout+r.stderr, tc.want) {
 			t.Errorf("distlock %q: code %d, want %d and output containing %q; got\n%s%s", tc.args, r.code, tc.code, tc.want, r.stdout, r.stderr)
+		}
+	}
+}
+
+// TestFlagErrors: flag errors are one line naming the flag in its
+// documented --long form, then where to find the usage.
+func TestFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // the whole of stderr
+	}{
+		{[]string{"run", "--ttl", "soon", "--key", "k"},
+			`distlock run: invalid argument "soon" for "--ttl" flag: must be a duration like "30s" or "5m"`},
+		{[]string{"run", "--bogus"}, "distlock run: unknown flag: --bogus"},
+		{[]string{"run", "--key"}, "distlock run: flag needs an argument: --key"},
+		// The single-dash long form of the standard flag package is gone:
+		// say which flag was meant.
+		{[]string{"run", "-ttl", "3s"}, `distlock run: unknown shorthand flag: 't' in -ttl (did you mean --ttl?)`},
+		{[]string{"run", "-url=mem://"}, `distlock run: unknown shorthand flag: 'u' in -url=mem:// (did you mean --url?)`},
+		{[]string{"bench", "--repeat", "x"}, `distlock bench: invalid argument "x" for "--repeat" flag: must be an integer`},
+		{[]string{"bench", "--workers", "0"}, `distlock bench: invalid argument "0" for "--workers" flag: "0": want integers in 1..256`},
+	} {
+		r := runCLI(t, tc.args...)
+		cmd := tc.args[0]
+		want := tc.want + "\nRun \"distlock " + cmd + " --help\" for usage.\n"
+		if r.code != exitUsage || r.stderr != want || r.stdout != "" {
+			t.Errorf("distlock %q: code %d, stdout %q, stderr\n%s\nwant code %d, stderr\n%s", tc.args, r.code, r.stdout, r.stderr, exitUsage, want)
+		}
+	}
+}
+
+// TestHelp: -h, -help and --help print the help to stdout and exit 0;
+// flags show as "--name type" with each default once.
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"run", "--help"}, {"run", "-h"}, {"run", "-help"}, {"help", "run"}, {"run", "--key", "k", "--help"}} {
+		r := runCLI(t, args...)
+		if r.code != exitOK || r.stderr != "" {
+			t.Errorf("distlock %q: code %d, stderr %q; want 0 and nothing on stderr", args, r.code, r.stderr)
+		}
+		for _, want := range []string{
+			"Usage: distlock run [flags]",
+			"\n  -h, --help ",
+			"\n      --url URL ",
+			"\n      --ttl duration ",
+			"\n      --wait duration ",
+			"\n      --foreground ",
+			"\n  -q, --quiet ",
+		} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("distlock %q: help lacks %q:\n%s", args, want, r.stdout)
+			}
+		}
+		flat := strings.Join(strings.Fields(r.stdout), " ") // unwrapped
+		for _, bad := range []string{"help requested", " -ttl", "[=true", "else mem://"} {
+			if strings.Contains(flat, bad) {
+				t.Errorf("distlock %q: help contains %q:\n%s", args, bad, r.stdout)
+			}
+		}
+		if n := strings.Count(flat, "(default"); n != 3 { // --url, --ttl, --grace
+			t.Errorf("distlock %q: %d defaults in the help, want 3 (--url, --ttl, --grace):\n%s", args, n, r.stdout)
+		}
+		if !strings.Contains(flat, "(default 15s)") || !strings.Contains(flat, "(default 10s)") {
+			t.Errorf("distlock %q: help lacks the --ttl and --grace defaults:\n%s", args, r.stdout)
+		}
+	}
+	r := runCLI(t, "bench", "--help")
+	for _, want := range []string{"\n      --workers ints ", "(default 2,8,32)", "\n      --json FILE "} {
+		if r.code != exitOK || !strings.Contains(r.stdout, want) {
+			t.Errorf("bench --help: code %d, lacks %q:\n%s", r.code, want, r.stdout)
 		}
 	}
 }

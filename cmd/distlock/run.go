@@ -57,13 +57,13 @@ type runConfig struct {
 func cmdRun(ctx context.Context, args []string, s stdio) int {
 	var c runConfig
 	fs := newFlags("run", runHelp, s)
-	fs.StringVar(&c.url, "url", defaultURL(), "backend URL ($DISTLOCK_URL sets the default)")
+	fs.StringVar(&c.url, "url", defaultURL(), "backend `URL` ($DISTLOCK_URL sets the default)")
 	fs.StringVar(&c.key, "key", "", "lock key (required)")
 	fs.DurationVar(&c.ttl, "ttl", 15*time.Second, "lease TTL; the lease is renewed every TTL/3 while COMMAND runs")
 	fs.DurationVar(&c.wait, "wait", 0, "how long to wait for the lock; 0 waits forever")
 	fs.DurationVar(&c.grace, "grace", 10*time.Second, "after a lost lease, time between SIGTERM and SIGKILL")
 	fs.BoolVar(&c.foreground, "foreground", false, "run COMMAND in distlock's process group (it may read the terminal; only COMMAND itself is signalled)")
-	fs.BoolVar(&c.quiet, "q", false, "print nothing but errors")
+	fs.BoolVarP(&c.quiet, "quiet", "q", false, "print nothing but errors")
 	if code, ok := parseFlags(fs, args, s); !ok {
 		return code
 	}
