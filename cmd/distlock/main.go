@@ -33,7 +33,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
 	flag "github.com/spf13/pflag"
 
 	_ "github.com/distlock/distlock/all"
@@ -52,16 +51,8 @@ const (
 )
 
 func main() {
-	// go-redis logs each failed dial to stderr on its own; distlock's
-	// error line already names the address and the cause, once.
-	redis.SetLogger(silent{})
 	os.Exit(cli(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
-
-// silent is a go-redis logger that drops everything.
-type silent struct{}
-
-func (silent) Printf(context.Context, string, ...any) {}
 
 // stdio is where a command reads and writes.
 type stdio struct {

@@ -91,6 +91,7 @@ func waitFile(t *testing.T, path string) {
 }
 
 func TestUsage(t *testing.T) {
+	t.Setenv("DISTLOCK_URL", "")
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -111,12 +112,15 @@ func TestUsage(t *testing.T) {
 		{[]string{"run", "--url", "mem://?bad=1", "--key", "k", "--", "true"}, exitUsage, "unknown parameter"},
 		{[]string{"run", "--key", "", "--", "true"}, exitUsage, "--key is required"},
 		{[]string{"run", "--url", "mem://", "--key", "bad\x00key", "--", "true"}, exitUsage, "invalid key"},
+		{[]string{"run", "--key", "k", "--", "true"}, exitUsage, "pass --url or set DISTLOCK_URL"},
+		{[]string{"run", "--url", "", "--key", "k", "--", "true"}, exitUsage, "--url is empty"},
 		{[]string{"bench", "--duration", "0s"}, exitUsage, "--duration"},
 		{[]string{"bench", "--repeat", "0"}, exitUsage, "--repeat"},
 		{[]string{"bench", "--workers", "2,x"}, exitUsage, "want integers"},
 		{[]string{"bench", "--measure", "speed"}, exitUsage, "unknown measurement"},
 		{[]string{"bench", "--url", "nosuch://x"}, exitUsage, "unknown scheme"},
 		{[]string{"bench", "extra"}, exitUsage, "unexpected argument"},
+		{[]string{"hold", "--key", "k"}, exitUsage, "pass --url or set DISTLOCK_URL"},
 	} {
 		r := runCLI(t, tc.args...)
 		if r.code != tc.code || !strings.Contains(r.stdout+r.stderr, tc.want) {
@@ -161,7 +165,7 @@ func TestHelp(t *testing.T) {
 			t.Errorf("distlock %q: code %d, stderr %q; want 0 and nothing on stderr", args, r.code, r.stderr)
 		}
 		for _, want := range []string{
-			"Usage: distlock run [flags]",
+			"Usage: distlock run --url URL --key KEY",
 			"\n  -h, --help ",
 			"\n      --url URL ",
 			"\n      --ttl duration ",
@@ -174,12 +178,12 @@ func TestHelp(t *testing.T) {
 			}
 		}
 		flat := strings.Join(strings.Fields(r.stdout), " ") // unwrapped
-		for _, bad := range []string{"help requested", " -ttl", "[=true", "else mem://"} {
+		for _, bad := range []string{"help requested", " -ttl", "[=true", `(default "`, "else mem://"} {
 			if strings.Contains(flat, bad) {
 				t.Errorf("distlock %q: help contains %q:\n%s", args, bad, r.stdout)
 			}
 		}
-		if n := strings.Count(flat, "(default"); n != 3 { // --url, --ttl, --grace
+		if n := strings.Count(flat, "(default"); n != 3 { // --url's $DISTLOCK_URL, --ttl, --grace
 			t.Errorf("distlock %q: %d defaults in the help, want 3 (--url, --ttl, --grace):\n%s", args, n, r.stdout)
 		}
 		if !strings.Contains(flat, "(default 15s)") || !strings.Contains(flat, "(default 10s)") {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -15,7 +16,7 @@ import (
 )
 
 const runHelp = `
-Usage: distlock run [flags] -- COMMAND [ARG...]
+Usage: distlock run --url URL --key KEY [flags] -- COMMAND [ARG...]
 
 Acquires the lock on --key (waiting up to --wait), runs COMMAND with the
 lock's fencing token in its environment, keeps the lease renewed while it
@@ -45,6 +46,12 @@ after its lease expires: stop distlock with a signal it forwards instead.
 Exit status: COMMAND's (128+N if killed by signal N); 64 usage error;
 69 backend unreachable or failing; 70 lease lost; 75 not acquired within
 --wait; 126 COMMAND not executable; 127 COMMAND not found.
+
+The backend is --url, else $DISTLOCK_URL; with neither, run stops with a
+usage error. mem:// locks only within one distlock process, so it excludes
+nothing between two runs: it is used only when asked for (--url mem://).
+Settings in the URL (redis://host:6379?ttl=30s) hold unless the flag for
+the same setting is given on the command line: --ttl overrides ttl=.
 `
 
 // runConfig is `distlock run`'s flags.
@@ -52,20 +59,29 @@ type runConfig struct {
 	url, key          string
 	ttl, wait, grace  time.Duration
 	foreground, quiet bool
+	// ttlOpts is WithTTL(ttl), or nothing when the URL sets the TTL and
+	// --ttl was not given (see leaseTTL).
+	ttlOpts []distlock.Option
 }
+
+// defaultRunTTL is run's lease TTL when neither --ttl nor the URL sets one.
+const defaultRunTTL = 15 * time.Second
 
 func cmdRun(ctx context.Context, args []string, s stdio) int {
 	var c runConfig
 	fs := newFlags("run", runHelp, s)
-	fs.StringVar(&c.url, "url", defaultURL(), "backend `URL` ($DISTLOCK_URL sets the default)")
+	fs.StringVar(&c.url, "url", "", "backend `URL`, e.g. redis://127.0.0.1:6379 (default $DISTLOCK_URL; one of the two is required)")
 	fs.StringVar(&c.key, "key", "", "lock key (required)")
-	fs.DurationVar(&c.ttl, "ttl", 15*time.Second, "lease TTL; the lease is renewed every TTL/3 while COMMAND runs")
+	fs.DurationVar(&c.ttl, "ttl", defaultRunTTL, "lease TTL, renewed every TTL/3 while COMMAND runs; the URL's ttl= replaces the default, this flag replaces both")
 	fs.DurationVar(&c.wait, "wait", 0, "how long to wait for the lock; 0 waits forever")
 	fs.DurationVar(&c.grace, "grace", 10*time.Second, "after a lost lease, time between SIGTERM and SIGKILL")
 	fs.BoolVar(&c.foreground, "foreground", false, "run COMMAND in distlock's process group (it may read the terminal; only COMMAND itself is signalled)")
 	fs.BoolVarP(&c.quiet, "quiet", "q", false, "print nothing but errors")
 	if code, ok := parseFlags(fs, args, s); !ok {
 		return code
+	}
+	if !fs.Changed("url") {
+		c.url = os.Getenv("DISTLOCK_URL")
 	}
 	argv := fs.Args()
 	switch {
@@ -79,16 +95,26 @@ func cmdRun(ctx context.Context, args []string, s stdio) int {
 		return usageError(s, "run", "--wait %v is negative", c.wait)
 	case c.grace < 0:
 		return usageError(s, "run", "--grace %v is negative", c.grace)
+	case c.url == "" && fs.Changed("url"):
+		return usageError(s, "run", "--url is empty")
+	case c.url == "":
+		// mem:// would run the command while excluding no other run.
+		return usageError(s, "run", "no backend URL: pass --url or set DISTLOCK_URL, e.g. --url redis://127.0.0.1:6379 (--url mem:// locks only within this one process)")
 	}
+	c.ttlOpts = leaseTTL(c.url, c.ttl, fs.Changed("ttl"))
 	return runLocked(ctx, c, argv, s)
 }
 
-// defaultURL is $DISTLOCK_URL, else mem://.
-func defaultURL() string {
-	if u := os.Getenv("DISTLOCK_URL"); u != "" {
-		return u
+// leaseTTL is the Acquire option for a TTL flag: a flag given on the
+// command line overrides the URL's ttl=, and the URL's overrides the flag's
+// default (Open applies the URL's, Acquire's options override Open's).
+func leaseTTL(rawURL string, ttl time.Duration, explicit bool) []distlock.Option {
+	if !explicit {
+		if u, err := url.Parse(rawURL); err == nil && u.Query().Has("ttl") {
+			return nil
+		}
 	}
-	return "mem://"
+	return []distlock.Option{distlock.WithTTL(ttl)}
 }
 
 // forwarded are the signals distlock passes on to its command.
@@ -97,7 +123,7 @@ var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, sys
 func runLocked(ctx context.Context, c runConfig, argv []string, s stdio) int {
 	logf := func(format string, args ...any) {
 		if !c.quiet {
-			fmt.Fprintf(s.err, "distlock: "+format+"\n", args...)
+			fmt.Fprintf(s.err, "distlock run: "+format+"\n", args...)
 		}
 	}
 	// Signals arriving while we wait for the lock end the wait; later ones
@@ -108,7 +134,7 @@ func runLocked(ctx context.Context, c runConfig, argv []string, s stdio) int {
 
 	l, err := openLocker(ctx, c.url)
 	if err != nil {
-		fmt.Fprintf(s.err, "distlock run: %v\n", err)
+		fmt.Fprintf(s.err, "distlock run: %s\n", errText(err))
 		if errors.Is(err, distlock.ErrInvalid) {
 			return exitUsage
 		}
@@ -120,7 +146,7 @@ func runLocked(ctx context.Context, c runConfig, argv []string, s stdio) int {
 	if lease == nil {
 		return code
 	}
-	logf("acquired %q (token %d)", c.key, lease.Token())
+	logf("acquired %q (token %d, ttl %v)", c.key, lease.Token(), lease.TTL())
 
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = s.in, s.out, s.err
@@ -137,7 +163,7 @@ func runLocked(ctx context.Context, c runConfig, argv []string, s stdio) int {
 	cmd.SysProcAttr.Setpgid = !c.foreground
 	exited, err := startOnLockedThread(cmd)
 	if err != nil {
-		fmt.Fprintf(s.err, "distlock run: %v\n", err)
+		fmt.Fprintf(s.err, "distlock run: %s\n", errText(err))
 		releaseLease(lease, logf)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			return exitNotFound
@@ -178,11 +204,11 @@ wait:
 				continue // cannot happen: only we release, after the command
 			}
 			lost = true
-			fmt.Fprintf(s.err, "distlock: %v; sending SIGTERM to the command (SIGKILL in %v)\n", lease.Err(), c.grace)
+			fmt.Fprintf(s.err, "distlock run: %s; sending SIGTERM to the command (SIGKILL in %v)\n", errText(lease.Err()), c.grace)
 			terminate()
 		case <-kill:
 			kill = nil
-			fmt.Fprintf(s.err, "distlock: the command outlived the %v grace; sending SIGKILL\n", c.grace)
+			fmt.Fprintf(s.err, "distlock run: the command outlived the %v grace; sending SIGKILL\n", c.grace)
 			signalChild(syscall.SIGKILL)
 		}
 	}
@@ -232,9 +258,10 @@ func startOnLockedThread(cmd *exec.Cmd) (<-chan error, error) {
 func acquireForRun(ctx context.Context, l distlock.Locker, c runConfig, sigs <-chan os.Signal, s stdio) (*distlock.Lease, int) {
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	errWait := fmt.Errorf("--wait %v ran out", c.wait)
 	if c.wait > 0 {
 		var cancelT context.CancelFunc
-		actx, cancelT = context.WithTimeoutCause(actx, c.wait, fmt.Errorf("--wait %v ran out", c.wait))
+		actx, cancelT = context.WithTimeoutCause(actx, c.wait, errWait)
 		defer cancelT()
 	}
 	type result struct {
@@ -243,7 +270,8 @@ func acquireForRun(ctx context.Context, l distlock.Locker, c runConfig, sigs <-c
 	}
 	got := make(chan result, 1)
 	go func() {
-		ls, err := l.Acquire(actx, c.key, distlock.WithTTL(c.ttl), distlock.WithAutoRenew(true))
+		opts := append([]distlock.Option{distlock.WithAutoRenew(true)}, c.ttlOpts...)
+		ls, err := l.Acquire(actx, c.key, opts...)
 		got <- result{ls, err}
 	}()
 	var sig os.Signal
@@ -251,7 +279,7 @@ func acquireForRun(ctx context.Context, l distlock.Locker, c runConfig, sigs <-c
 	select {
 	case r = <-got:
 	case sig = <-sigs:
-		cancel(fmt.Errorf("received %v", sig))
+		cancel(fmt.Errorf("stopped by a signal (%v)", sig))
 		r = <-got
 		if r.err == nil { // won the race with the signal: give the lock back
 			releaseLease(r.lease, func(string, ...any) {})
@@ -261,11 +289,11 @@ func acquireForRun(ctx context.Context, l distlock.Locker, c runConfig, sigs <-c
 	if r.err == nil {
 		return r.lease, 0
 	}
-	fmt.Fprintf(s.err, "distlock run: %q not acquired: %v\n", c.key, r.err)
+	fmt.Fprintf(s.err, "distlock run: %q not acquired: %s\n", c.key, waitError(actx, r.err))
 	switch {
 	case sig != nil:
 		return nil, 128 + int(sig.(syscall.Signal))
-	case errors.Is(r.err, context.DeadlineExceeded):
+	case errors.Is(context.Cause(actx), errWait) || errors.Is(r.err, context.DeadlineExceeded):
 		return nil, exitNotAcquired
 	case errors.Is(r.err, distlock.ErrInvalid):
 		return nil, exitUsage
@@ -274,16 +302,45 @@ func acquireForRun(ctx context.Context, l distlock.Locker, c runConfig, sigs <-c
 	}
 }
 
+// waitError says why an Acquire on ctx failed: when ctx ended, its cause
+// (--wait ran out, a signal) rather than the bare "context deadline
+// exceeded" the error carries, with the last error of an unreachable
+// backend beside it.
+func waitError(ctx context.Context, err error) string {
+	if ctx.Err() == nil {
+		return errText(err)
+	}
+	why := context.Cause(ctx).Error()
+	if errors.Is(err, distlock.ErrUnavailable) {
+		last := err
+		// The library's "(last error: ...)" is the wrapped error that is
+		// ErrUnavailable without being the context's.
+		if m, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range m.Unwrap() {
+				if errors.Is(e, distlock.ErrUnavailable) {
+					last = e
+				}
+			}
+		}
+		why += " (last error: " + errText(last) + ")"
+	}
+	return why
+}
+
 // releaseLease releases with a bounded context of its own: the command has
 // exited, and the lock should be free for the next holder now rather than
 // at its TTL.
 func releaseLease(lease *distlock.Lease, logf func(string, ...any)) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeoutCause(context.Background(), releaseTimeout, errReleaseSlow)
 	defer cancel()
 	if err := lease.Release(ctx); err != nil {
-		logf("release: %v", err)
+		logf("release: %s", waitError(ctx, err))
 	}
 }
+
+const releaseTimeout = 5 * time.Second
+
+var errReleaseSlow = fmt.Errorf("no answer within %v; the lock frees itself at its TTL", releaseTimeout)
 
 // exitStatus maps the command's end to distlock's exit status.
 func exitStatus(err error, ps *os.ProcessState) int {
@@ -299,51 +356,67 @@ func exitStatus(err error, ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
-// openLocker opens url with a bounded context, so an unreachable server is
-// reported rather than waited on.
-func openLocker(ctx context.Context, url string) (distlock.Locker, error) {
-	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
+// openLocker opens rawURL with a bounded context, so an unreachable server
+// is reported rather than waited on.
+func openLocker(ctx context.Context, rawURL string) (distlock.Locker, error) {
+	octx, cancel := context.WithTimeoutCause(ctx, openTimeout, errOpenSlow)
 	defer cancel()
-	return distlock.Open(octx, url)
+	l, err := distlock.Open(octx, rawURL)
+	if err != nil && errors.Is(context.Cause(octx), errOpenSlow) {
+		return nil, fmt.Errorf("%w: %w", errOpenSlow, err)
+	}
+	return l, err
 }
 
+const openTimeout = 15 * time.Second
+
+var errOpenSlow = fmt.Errorf("backend not reached within %v", openTimeout)
+
 const holdHelp = `
-Usage: distlock hold --url URL --key KEY [--ttl D]
+Usage: distlock hold --url URL --key KEY [--ttl D] [--max D]
 
 Acquires KEY, prints "HELD <token>" and keeps the lease renewed until killed
 or --max passes. bench uses it as a holder it can SIGKILL (a crash that
-neither releases nor renews).
+neither releases nor renews). The URL is --url, else $DISTLOCK_URL.
 `
 
 func cmdHold(ctx context.Context, args []string, s stdio) int {
 	fs := newFlags("hold", holdHelp, s)
-	url := fs.String("url", defaultURL(), "backend URL")
+	rawURL := fs.String("url", "", "backend `URL` (default $DISTLOCK_URL)")
 	key := fs.String("key", "", "lock key (required)")
-	ttl := fs.Duration("ttl", 2*time.Second, "lease TTL")
+	ttl := fs.Duration("ttl", 2*time.Second, "lease TTL; when given, overrides the URL's ttl=")
 	maxHold := fs.Duration("max", time.Minute, "give up and exit after this long")
 	if code, ok := parseFlags(fs, args, s); !ok {
 		return code
 	}
-	if *key == "" {
+	if !fs.Changed("url") {
+		*rawURL = os.Getenv("DISTLOCK_URL")
+	}
+	switch {
+	case *rawURL == "":
+		return usageError(s, "hold", "no backend URL: pass --url or set DISTLOCK_URL")
+	case *key == "":
 		return usageError(s, "hold", "--key is required")
 	}
-	ctx, cancel := context.WithTimeout(ctx, *maxHold)
+	errMax := fmt.Errorf("--max %v ran out", *maxHold)
+	ctx, cancel := context.WithTimeoutCause(ctx, *maxHold, errMax)
 	defer cancel()
-	l, err := openLocker(ctx, *url)
+	l, err := openLocker(ctx, *rawURL)
 	if err != nil {
-		fmt.Fprintf(s.err, "distlock hold: %v\n", err)
+		fmt.Fprintf(s.err, "distlock hold: %s\n", errText(err))
 		return exitUnavailable
 	}
 	defer l.Close()
-	lease, err := l.Acquire(ctx, *key, distlock.WithTTL(*ttl), distlock.WithAutoRenew(true))
+	opts := append([]distlock.Option{distlock.WithAutoRenew(true)}, leaseTTL(*rawURL, *ttl, fs.Changed("ttl"))...)
+	lease, err := l.Acquire(ctx, *key, opts...)
 	if err != nil {
-		fmt.Fprintf(s.err, "distlock hold: %v\n", err)
+		fmt.Fprintf(s.err, "distlock hold: %q not acquired: %s\n", *key, waitError(ctx, err))
 		return exitNotAcquired
 	}
 	fmt.Fprintf(s.out, "HELD %d\n", lease.Token())
 	select {
 	case <-lease.Done():
-		fmt.Fprintf(s.err, "distlock hold: %v\n", lease.Err())
+		fmt.Fprintf(s.err, "distlock hold: %s\n", errText(lease.Err()))
 		return exitLeaseLost
 	case <-ctx.Done():
 		return exitOK

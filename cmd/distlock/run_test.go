@@ -125,6 +125,59 @@ func TestRunWaitTimeout(t *testing.T) {
 	if r.code != exitNotAcquired || strings.Contains(r.stdout, "ran") {
 		t.Errorf("code %d (want %d), stdout %q, stderr %s", r.code, exitNotAcquired, r.stdout, r.stderr)
 	}
+	// The cause run set, once, rather than "context deadline exceeded".
+	if want := "distlock run: \"k\" not acquired: --wait 100ms ran out\n"; r.stderr != want {
+		t.Errorf("stderr:\n%s\nwant:\n%s", r.stderr, want)
+	}
+}
+
+// TestRunNeedsURL: with neither --url nor $DISTLOCK_URL, run refuses
+// rather than lock an in-process mem:// that excludes no other run; mem://
+// asked for by name is used.
+func TestRunNeedsURL(t *testing.T) {
+	t.Setenv("DISTLOCK_URL", "")
+	ran := filepath.Join(t.TempDir(), "ran")
+	r := runCLI(t, "run", "--key", "k", "--", "touch", ran)
+	want := "distlock run: no backend URL: pass --url or set DISTLOCK_URL, e.g. --url redis://127.0.0.1:6379 (--url mem:// locks only within this one process)\n" +
+		"Run \"distlock run --help\" for usage.\n"
+	if r.code != exitUsage || r.stderr != want {
+		t.Errorf("code %d, stderr:\n%s\nwant code %d, stderr:\n%s", r.code, r.stderr, exitUsage, want)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Error("the command ran without a backend URL")
+	}
+	if r := runCLI(t, "run", "-q", "--url", "mem://", "--key", "k", "--", "touch", ran); r.code != 0 {
+		t.Errorf("--url mem://: code %d\n%s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(ran); err != nil {
+		t.Errorf("--url mem://: the command did not run: %v", err)
+	}
+}
+
+// TestRunTTLPrecedence: the URL's ttl= holds unless --ttl is on the command
+// line, even when --ttl names the default value; without either, 15s.
+func TestRunTTLPrecedence(t *testing.T) {
+	url, _ := memURL(t)
+	for _, tc := range []struct {
+		query string
+		flags []string
+		want  string
+	}{
+		{"", nil, "15s"},
+		{"", []string{"--ttl", "5s"}, "5s"},
+		{"?ttl=3s", nil, "3s"},
+		{"?ttl=3s", []string{"--ttl", "5s"}, "5s"},
+		{"?ttl=3s", []string{"--ttl=15s"}, "15s"}, // set explicitly, though equal to the default
+		{"?ttl=3s&renew_interval=1s", nil, "3s"},
+	} {
+		args := append([]string{"run", "--url", url + tc.query, "--key", "k"}, tc.flags...)
+		r := runCLI(t, append(args, "--", "true")...)
+		line := fmt.Sprintf("distlock run: acquired \"k\" (token %%d, ttl %s)\n", tc.want)
+		var tok int
+		if n, _ := fmt.Sscanf(r.stderr, line, &tok); r.code != 0 || n != 1 || fmt.Sprintf(line, tok) != r.stderr {
+			t.Errorf("distlock %q: code %d, stderr:\n%s\nwant the lease's TTL %s, stderr %q", args, r.code, r.stderr, tc.want, line)
+		}
+	}
 }
 
 // TestRunLeaseLost: when the backend expires the lease, the command gets
@@ -145,8 +198,16 @@ func TestRunLeaseLost(t *testing.T) {
 	if !strings.Contains(r.stdout, "got-term") {
 		t.Errorf("command did not get SIGTERM; stdout %q stderr %s", r.stdout, r.stderr)
 	}
-	if !strings.Contains(r.stderr, "lease lost") {
-		t.Errorf("stderr does not say the lease was lost:\n%s", r.stderr)
+	// Said once, with the library's reason, without its "distlock: " twice.
+	want := `distlock run: lease lost: "k" (token 1): the backend reported it gone (session or lease ended); sending SIGTERM to the command (SIGKILL in 20s)`
+	var ours []string // the command's shell may add "Terminated"
+	for _, l := range strings.Split(r.stderr, "\n") {
+		if strings.HasPrefix(l, "distlock") {
+			ours = append(ours, l)
+		}
+	}
+	if len(ours) != 2 || !strings.HasPrefix(ours[0], "distlock run: acquired") || ours[1] != want {
+		t.Errorf("stderr:\n%s\nwant an \"acquired\" line, then\n%s", r.stderr, want)
 	}
 }
 
@@ -191,7 +252,7 @@ func TestRunBinaryExitStatus(t *testing.T) {
 func TestRunBinaryForwardsSignal(t *testing.T) {
 	started := filepath.Join(t.TempDir(), "started")
 	script := fmt.Sprintf(`trap 'exit 42' TERM; touch %q; while :; do sleep 0.02; done`, started)
-	cmd := exec.Command(binPath, "run", "-q", "--key", "k", "--", "sh", "-c", script)
+	cmd := exec.Command(binPath, "run", "-q", "--url", "mem://", "--key", "k", "--", "sh", "-c", script)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -261,6 +322,48 @@ func TestRunBinaryRedisProcesses(t *testing.T) {
 	t2, _ := strconv.Atoi(strings.TrimSpace(out2.String()))
 	if t1 <= 0 || t2 <= t1 {
 		t.Errorf("tokens %q then %q: want positive and increasing", out1.String(), out2.String())
+	}
+}
+
+// TestRunBinarySignalWhileWaiting: a signal that ends the wait for a held
+// lock is the reason given, and the exit status is 128+N; the command
+// never runs.
+func TestRunBinarySignalWhileWaiting(t *testing.T) {
+	if !registered("redis") {
+		t.Skip("redis:// is not registered in this build")
+	}
+	s := testserver.Redis(t)
+	url := "redis://" + s.Addr() + "/0"
+	l, err := distlock.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	held, err := l.TryAcquire(context.Background(), "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+
+	ran := filepath.Join(t.TempDir(), "ran")
+	cmd := exec.Command(binPath, "run", "-q", "--url", url, "--key", "busy", "--", "touch", ran)
+	var stderr testutil.SyncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	time.Sleep(500 * time.Millisecond) // distlock is waiting for the lock by now
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+	if got := cmd.ProcessState.ExitCode(); got != 128+15 {
+		t.Errorf("exit %d, want %d", got, 128+15)
+	}
+	if want := "distlock run: \"busy\" not acquired: stopped by a signal (terminated)\n"; stderr.String() != want {
+		t.Errorf("stderr:\n%s\nwant:\n%s", stderr.String(), want)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Error("the command ran without the lock")
 	}
 }
 
