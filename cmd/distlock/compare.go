@@ -20,13 +20,17 @@ the lock, unguarded and guarded by a fencing token, did under paused,
 killed and lost servers, paused holders, blackholed links), in one text
 table and, with --json and --html, one JSON and one HTML report.
 
-The fault rows come from a file the fault-matrix test writes; produce it
-from the repository root with
+The fault rows come from a file the fault-matrix test writes. That test is
+not part of this binary: it is a Go test in distlock's source repository
+(it needs the Go toolchain, the source tree and the servers). An installed
+distlock cannot run it; to get the rows, from a clone of
+` + sourceRepo + ` run at its root
 
   ` + matrixfile.Command(defaultFaults) + `
 
-(add -faults.long for the long matrix). compare reads ` + defaultFaults + ` when
-it exists, or the file given with --faults.
+(or make faults; add -faults.long for the long matrix). compare reads
+` + defaultFaults + ` when it exists, or the file given with --faults.
+Without the file the report says the rows are missing and how to get them.
 `
 
 func cmdCompare(ctx context.Context, args []string, s stdio) int {

@@ -31,11 +31,18 @@ type FaultMatrix struct {
 	Unmatched []matrixfile.Row `json:"unmatched_rows,omitempty"`
 }
 
+// sourceRepo is where the fault harness lives: it is a Go test, so only a
+// source tree can run it, not an installed distlock.
+const sourceRepo = "https://github.com/distlock/distlock"
+
 // missingFaults is the text shown when compare has no fault-matrix file.
 func missingFaults() string {
 	return "Fault matrix: no rows in this report (no " + defaultFaults + " and no --faults FILE). " +
-		"Produce them from the repository root with `" + matrixfile.Command(defaultFaults) + "` " +
-		"(~2–3 min; add -faults.long for the long matrix, ~8 min), then run compare again."
+		"The rows come from the fault harness, a Go test in distlock's source repository; " +
+		"the distlock binary cannot run it. To get them, in a clone of " + sourceRepo +
+		" run at its root `" + matrixfile.Command(defaultFaults) + "` (or `make faults`; " +
+		"~2–3 min; add -faults.long for the long matrix, ~8 min), " +
+		"then run compare again from there, or with --faults pointing at that file."
 }
 
 // loadFaults reads --faults, or defaultFaults if it exists. It returns a

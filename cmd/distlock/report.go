@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/distlock/distlock"
@@ -116,6 +117,38 @@ func cell(f *Figure) string {
 		return n(f.Stat.Median)
 	}
 	return fmt.Sprintf("%s (%s–%s)", n(f.Stat.Median), n(f.Stat.Min), n(f.Stat.Max))
+}
+
+// cellHTML is cell with the min–max range set smaller, so that the
+// measurements table stays narrow.
+func cellHTML(f *Figure) template.HTML {
+	c := cell(f)
+	med, rng, ok := strings.Cut(c, " (")
+	if !ok {
+		return template.HTML(template.HTMLEscapeString(c))
+	}
+	return template.HTML(template.HTMLEscapeString(med) + ` <span class="rng">(` + template.HTMLEscapeString(rng) + `</span>`)
+}
+
+// htmlRow is a line of the HTML measurements table: Group is shown on the
+// first line of its group only.
+type htmlRow struct {
+	R     row
+	Group string
+}
+
+func htmlRows(rep *Report) []htmlRow {
+	var out []htmlRow
+	last := ""
+	for _, r := range rows(rep) {
+		g := r.Group
+		if g == last {
+			g = ""
+		}
+		last = r.Group
+		out = append(out, htmlRow{R: r, Group: g})
+	}
+	return out
 }
 
 // row is one line of the figures table.
@@ -236,6 +269,8 @@ func writeText(w io.Writer, rep *Report) {
 
 var htmlTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"cell":        cell,
+	"cellHTML":    cellHTML,
+	"bad":         func(s string) bool { return s == "illegal" || strings.HasPrefix(s, "FAIL") },
 	"fig":         func(b *BackendResult, r row) *Figure { return b.get(r) },
 	"guar":        func(i int, b *BackendResult) string { return guaranteeRows[i].get(b.Guarantees) },
 	"gname":       func(i int) string { return guaranteeRows[i].name },
@@ -255,39 +290,53 @@ var htmlTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 <html lang="en"><head><meta charset="utf-8">
 <title>distlock {{.R.Kind}} — {{.R.Env.Time.Format "2006-01-02 15:04 MST"}}</title>
 <style>
-body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
-table{border-collapse:collapse;margin:1em 0}
-td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right;white-space:nowrap}
+body{font-family:system-ui,sans-serif;margin:2em auto;padding:0 1.5em;max-width:1200px;color:#222;line-height:1.4;overflow-wrap:anywhere}
+.scroll{overflow-x:auto;max-width:100%;margin:1em 0}
+table{border-collapse:collapse;font-size:.875em}
+td,th{border:1px solid #ccc;padding:.2em .5em;text-align:right;white-space:nowrap;overflow-wrap:normal;vertical-align:top}
+.rng{color:#666;font-size:.85em}
+.faults td:nth-child(-n+3),.faults th:nth-child(-n+3){text-align:left}
+.faults td:last-child,.faults th:last-child{text-align:left;white-space:normal;min-width:6em}
 th{background:#f4f4f4}
 td:first-child,th:first-child,td.l{text-align:left}
-.charts{display:flex;flex-wrap:wrap;gap:1em}
+td.w,th.w{white-space:normal;min-width:8em;text-align:left}
+td.env{white-space:normal;overflow-wrap:anywhere;text-align:left}
+.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,480px),1fr));gap:1.5em}
+figure{margin:0;min-width:0}
+figcaption{font-weight:600;margin-bottom:.3em}
+figure svg{display:block;width:100%;height:auto}
 .note{color:#555}
+.notes p{margin:.3em 0;font-size:.9em}
 .err{color:#a00}
+td.err{font-weight:600}
+tr.g td{border-top:2px solid #999}
 </style></head><body>
 <h1>distlock {{.R.Kind}}</h1>
 <h2>Environment</h2>
-<table>
-<tr><td>time</td><td class="l">{{.R.Env.Time.Format "2006-01-02 15:04:05 MST"}} (elapsed {{.R.Elapsed}})</td></tr>
-<tr><td>host</td><td class="l">{{.R.Env.Host}} — {{.R.Env.OS}}, kernel {{.R.Env.Kernel}}</td></tr>
-<tr><td>CPU</td><td class="l">{{.R.Env.CPU}}: {{.R.Env.Cores}} cores, GOMAXPROCS {{.R.Env.GOMAXPROCS}}</td></tr>
-<tr><td>load average (1, 5, 15 min)</td><td class="l">{{.R.Env.LoadAvg}} at start, {{.R.Env.LoadAvgEnd}} at end</td></tr>
-<tr><td>Go</td><td class="l">{{.R.Env.GoVersion}}</td></tr>
-<tr><td>loopback TCP round trip (median)</td><td class="l">{{printf "%.0f" .R.Env.LoopbackRTT}} µs</td></tr>
-<tr><td>4 KiB write + fsync (median)</td><td class="l">{{printf "%.2f" .R.Env.FsyncMs}} ms in {{.R.Env.FsyncDir}}</td></tr>
-{{range .R.Env.Servers}}<tr><td>server</td><td class="l">{{.}}</td></tr>
-{{end}}<tr><td>method</td><td class="l">each figure is the median over {{.R.Repeat}} repeats of {{.R.Duration}}, with min–max beside it; backends measured side by side, repeat by repeat</td></tr>
-</table>
+<div class="scroll"><table>
+<tr><td>time</td><td class="env">{{.R.Env.Time.Format "2006-01-02 15:04:05 MST"}} (elapsed {{.R.Elapsed}})</td></tr>
+<tr><td>host</td><td class="env">{{.R.Env.Host}} — {{.R.Env.OS}}, kernel {{.R.Env.Kernel}}</td></tr>
+<tr><td>CPU</td><td class="env">{{.R.Env.CPU}}: {{.R.Env.Cores}} cores, GOMAXPROCS {{.R.Env.GOMAXPROCS}}</td></tr>
+<tr><td>load average (1, 5, 15 min)</td><td class="env">{{.R.Env.LoadAvg}} at start, {{.R.Env.LoadAvgEnd}} at end</td></tr>
+<tr><td>Go</td><td class="env">{{.R.Env.GoVersion}}</td></tr>
+<tr><td>loopback TCP round trip (median)</td><td class="env">{{printf "%.0f" .R.Env.LoopbackRTT}} µs</td></tr>
+<tr><td>4 KiB write + fsync (median)</td><td class="env">{{printf "%.2f" .R.Env.FsyncMs}} ms in {{.R.Env.FsyncDir}}</td></tr>
+{{range .R.Env.Servers}}<tr><td>server</td><td class="env">{{.}}</td></tr>
+{{end}}<tr><td>method</td><td class="env">each figure is the median over {{.R.Repeat}} repeats of {{.R.Duration}}, with min–max beside it; backends measured side by side, repeat by repeat</td></tr>
+</table></div>
 {{if eq .R.Kind "compare"}}
 <h2>Declared guarantees</h2>
-<table><tr><th>guarantee</th>{{range .R.Backends}}<th>{{.Backend}}</th>{{end}}</tr>
-{{range $i := seq .NG}}<tr><td>{{gname $i}}</td>{{range $.R.Backends}}<td>{{guar $i .}}</td>{{end}}</tr>
-{{end}}</table>
-{{range .R.Backends}}{{$b := .Backend}}{{range .Guarantees.Notes}}<p class="note">{{$b}}: {{.}}</p>{{end}}{{end}}
+<div class="scroll"><table><tr><th>guarantee</th>{{range .R.Backends}}<th class="w">{{.Backend}}</th>{{end}}</tr>
+{{range $i := seq .NG}}<tr><td>{{gname $i}}</td>{{range $.R.Backends}}<td class="w">{{guar $i .}}</td>{{end}}</tr>
+{{end}}</table></div>
+<div class="notes">{{range .R.Backends}}{{$b := .Backend}}{{range .Guarantees.Notes}}<p class="note"><b>{{$b}}</b>: {{.}}</p>{{end}}{{end}}</div>
 {{end}}
 <h2>Measurements</h2>
-<table><tr><th>measurement</th><th>figure</th><th>unit</th>{{range .R.Backends}}<th>{{.Backend}}</th>{{end}}</tr>
-{{range .Rows}}{{$r := .}}<tr><td class="l">{{.Group}}</td><td class="l">{{.Name}}</td><td class="l">{{.Unit}}</td>{{range $.R.Backends}}<td>{{cell (fig . $r)}}</td>{{end}}</tr>
-{{end}}</table>
+<div class="scroll"><table><tr><th>measurement</th><th>figure</th><th>unit</th>{{range .R.Backends}}<th>{{.Backend}}</th>{{end}}</tr>
+{{range .Rows}}{{$r := .R}}<tr{{if .Group}} class="g"{{end}}><td class="l">{{.Group}}</td><td class="l">{{$r.Name}}</td><td class="l">{{$r.Unit}}</td>{{range $.R.Backends}}<td>{{cellHTML (fig . $r)}}</td>{{end}}</tr>
+{{end}}</table></div>
+{{with .Charts}}<h2>Charts</h2>
+<div class="charts">{{range .}}<figure><figcaption>{{.Title}}</figcaption>{{.SVG}}</figure>{{end}}</div>{{end}}
 {{with .R.FaultMatrix}}<h2>Fault matrix</h2>
 {{if .Missing}}<p class="note">{{.Missing}}</p>{{else}}
 <p>{{$.FaultHead}}</p>
@@ -296,12 +345,10 @@ td:first-child,th:first-child,td.l{text-align:left}
 {{range $.FaultGroups}}<h3>{{.Family}}</h3>
 {{range .Results}}<p>declared ({{.URL}}): {{declared .Guarantees}}<br>measured: {{measured .}}</p>{{else}}<p class="note">not measured in this report</p>{{end}}
 {{if .Rows}}<p class="note">{{deployments .Rows}}</p>
-<table><tr>{{range $.FaultCols}}<th>{{.}}</th>{{end}}</tr>
-{{range .Rows}}<tr>{{range faultCells .}}<td>{{.}}</td>{{end}}</tr>
-{{end}}</table>{{else}}<p class="note">{{noRows .}}</p>{{end}}
+<div class="scroll"><table class="faults"><tr>{{range $.FaultCols}}<th>{{.}}</th>{{end}}</tr>
+{{range .Rows}}<tr>{{range faultCells .}}<td{{if bad .}} class="err"{{end}}>{{.}}</td>{{end}}</tr>
+{{end}}</table></div>{{else}}<p class="note">{{noRows .}}</p>{{end}}
 {{end}}{{end}}{{end}}
-<h2>Charts</h2>
-<div class="charts">{{range .Charts}}<figure><figcaption>{{.Title}}</figcaption>{{.SVG}}</figure>{{end}}</div>
 {{range .R.Notes}}<p class="note">note: {{.}}</p>{{end}}
 {{range .R.Backends}}{{$b := .Backend}}{{range .Errors}}<p class="err">error ({{$b}}): {{.}}</p>{{end}}{{end}}
 <p class="note">URLs: {{range .R.Backends}}{{.URL}} {{end}}</p>
@@ -316,7 +363,7 @@ func writeHTML(w io.Writer, rep *Report) error {
 	data := map[string]any{
 		"R":      rep,
 		"NG":     len(guaranteeRows),
-		"Rows":   rows(rep),
+		"Rows":   htmlRows(rep),
 		"Charts": charts,
 	}
 	if fm := rep.FaultMatrix; fm != nil && fm.Header != nil {
