@@ -1,13 +1,17 @@
 # The README's two commands: `make demo` (the main job) and `make test`.
 #
-# Two modules: the library (go.mod at the root) and the tools (cmd/go.mod:
-# the distlock command, the fault harness cmd/internal/faults and their
-# heavy dependencies). The root's go.work makes the tools build and test
-# against the library in this tree. `go ... ./...` at the root covers only
-# the library module, so every target that means "all packages" runs in
-# both module roots (MODULES).
+# Five modules: the library (go.mod at the root), the etcd backend (etcd/:
+# etcd's client brings Prometheus and gRPC middleware), package all (all/:
+# every backend), the examples (examples/) and the tools (cmd/: the
+# distlock command, the fault harness cmd/internal/faults and their heavy
+# dependencies). The root's go.work makes them build and test against each
+# other in this tree. `go ... ./...` covers one module only, so every target
+# that means "all packages" runs in each module root (MODULES). Every module
+# but cmd has replaces to its siblings, so its go.mod is checked with the
+# workspace off (cmd has none: `go install …/cmd/distlock@v` refuses them).
 GO ?= go
-MODULES := . cmd
+MODULES := . etcd all examples cmd
+TIDY_MODULES := . etcd all examples
 
 .PHONY: setup demo faults test bench
 
@@ -28,13 +32,13 @@ demo: setup
 faults: setup
 	FAULTS_JSON=reports/faults.json $(GO) test ./cmd/internal/faults -run Matrix -count=1
 
-# Everything CI runs: gofmt; the library's go.mod lists exactly what its
-# packages and their tests import, no tool's dependency (a diff: run
-# `GOWORK=off go mod tidy`); vet, then every test under the race detector
-# against real servers the tests start, in both modules.
+# Everything CI runs: gofmt; each go.mod lists exactly what its packages
+# and their tests import, so the library's has no tool's dependency (a diff:
+# run `GOWORK=off go mod tidy` there); vet, then every test under the race
+# detector against real servers the tests start, in every module.
 test: setup
 	@unformatted="$$(gofmt -l .)"; if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
-	GOWORK=off $(GO) mod tidy -diff
+	for m in $(TIDY_MODULES); do (cd $$m && GOWORK=off $(GO) mod tidy -diff) || exit 1; done
 	for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	for m in $(MODULES); do (cd $$m && $(GO) test -race -count=1 -timeout 15m ./...) || exit 1; done
 

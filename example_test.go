@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
-	_ "github.com/distlock/distlock/all" // registers mem://, redis://, etcd://, zk://…
+	_ "github.com/distlock/distlock/memory" // registers mem://
 )
 
 // The backend is configuration: the same code runs on "redis://…",
-// "etcd://…" or "zk://…".
+// "etcd://…" or "zk://…" once the backend package is imported (package
+// all imports every one).
 func ExampleOpen() {
 	ctx := context.Background()
 	locker, err := distlock.Open(ctx, "mem://example-open?ttl=10s")

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/distlock/distlock"
-	_ "github.com/distlock/distlock/all"
 	"github.com/distlock/distlock/memory"
 	distlockotel "github.com/distlock/distlock/otel"
 	"go.opentelemetry.io/otel/attribute"
