@@ -125,4 +125,3 @@ func TestServerCluster(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "v2", got)
 }
-
