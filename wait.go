@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/mutation"
 )
 
 // transient reports whether err says the server could not be reached (as
@@ -56,6 +57,9 @@ func unavailable(err error) error {
 // again, with back-off, while it finds nothing (the request may land
 // later) or fails, within the release timeout. Close interrupts it.
 func (l *locker) abandon(req driver.Request, o *driver.Settings) {
+	if mutation.On("no-giveback") { // mutation: no-giveback
+		return
+	}
 	if l.abandoning.Add(1) > maxAbandoning {
 		// A server that is down makes every attempt ambiguous; a tight
 		// retry loop must not pile up give-backs. The TTL frees the rest.
@@ -117,7 +121,7 @@ func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settin
 	}
 	var unreachable error // the last transient failure, for the caller if ctx ends
 	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
+		if attempt > 0 && !mutation.On("owner-reuse") { // mutation: owner-reuse
 			req.Owner = newOwner()
 		}
 		start := now()

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/mutation"
 )
 
 // DB runs statements. *pgxpool.Pool, *pgx.Conn and pgx.Tx all satisfy it.
@@ -135,7 +136,7 @@ func NewTable(name ...string) (*Table, error) {
 		// such a row accepts only a larger token.
 		guardSQL: "INSERT INTO " + q + " AS f (resource, token, holder) VALUES ($1, $2, $3) " +
 			"ON CONFLICT (resource) DO UPDATE SET token = excluded.token, holder = excluded.holder " +
-			"WHERE f.token < excluded.token OR (f.token = excluded.token AND f.holder = excluded.holder) " +
+			"WHERE f.token < excluded.token OR (f.token = excluded.token AND " + mutation.Pick("equal-token-accepted", "TRUE", "f.holder = excluded.holder") + ") " + // mutation: equal-token-accepted
 			"RETURNING token",
 		storedSQL: "SELECT token, holder FROM " + q + " WHERE resource = $1",
 		hasHolderSQL: "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute " +
@@ -225,6 +226,9 @@ var alreadyExists = map[string]bool{"23505": true, "42710": true, "42P07": true}
 // fence row lock until tx ends. That lock is what serialises the guarded
 // transactions on one resource.
 func (t *Table) Guard(ctx context.Context, tx pgx.Tx, resource string, f distlock.Fence) error {
+	if mutation.On("guard-skipped") { // mutation: guard-skipped
+		return nil
+	}
 	if err := checkGuard(ctx, tx, resource, f); err != nil {
 		return err
 	}

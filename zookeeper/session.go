@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/distlock/distlock/internal/mutation"
 )
 
 // errSessionLost ends a wait whose session expired or stayed disconnected
@@ -189,7 +191,7 @@ func (s *sessionState) silent() {
 		return
 	}
 	l := s.b.link
-	if left := l.silenceLeft(); left > 0 {
+	if left := l.silenceLeft() + mutation.Dur("zk-requested-timeout", silenceBound(s.b.timeout)-silenceBound(l.granted())); left > 0 { // mutation: zk-requested-timeout
 		s.silence.Reset(left)
 		return
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/mutation"
 )
 
 // New returns a Locker on conn, a session the caller made with zk.Connect
@@ -156,7 +157,7 @@ func (b *backend) disconnectGrace() time.Duration {
 		return b.grace
 	}
 	if b.link != nil {
-		return b.link.granted() / 4
+		return mutation.Pick("zk-requested-timeout", b.timeout, b.link.granted()) / 4 // mutation: zk-requested-timeout
 	}
 	return 0
 }

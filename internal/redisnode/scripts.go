@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/mutation"
 )
 
 // The lock scripts. go-redis's Script.Run sends EVALSHA and falls back to
@@ -27,12 +28,16 @@ var (
 	raiseSrc string
 	//go:embed lua/extend.lua
 	extendSrc string
+	//go:embed lua/acquire_token_restart.lua
+	acquireTokenRestartSrc string // mutation: token-restart
+	//go:embed lua/extend_no_repair.lua
+	extendNoRepairSrc string // mutation: redlock-no-repair
 
-	acquireScript = goredis.NewScript(acquireSrc)
+	acquireScript = goredis.NewScript(mutation.Pick("token-restart", acquireTokenRestartSrc, acquireSrc)) // mutation: token-restart
 	refreshScript = goredis.NewScript(refreshSrc)
 	releaseScript = goredis.NewScript(releaseSrc)
 	raiseScript   = goredis.NewScript(raiseSrc)
-	extendScript  = goredis.NewScript(extendSrc)
+	extendScript  = goredis.NewScript(mutation.Pick("redlock-no-repair", extendNoRepairSrc, extendSrc)) // mutation: redlock-no-repair
 )
 
 // AcquireResult is the outcome of one acquire script run.

@@ -1,0 +1,26 @@
+-- Redlock refresh that repairs: extend our lock, or take it back where it is
+-- missing (the node restarted without it, or it expired there), so a held
+-- lease keeps a majority while a minority of nodes fails and returns.
+-- KEYS[1] lock key, KEYS[2] token counter, KEYS[3] the owner's tombstone key,
+-- KEYS[4] retake marker
+-- ARGV[1] owner value, ARGV[2] TTL in milliseconds, ARGV[3] the lease's
+-- token (decimal), ARGV[4] a nonce unique to this refresh
+-- Returns 1 when it was ours and is extended, 2 when it was missing and is
+-- ours again (the counter then at least the token, so a later holder
+-- through this node gets a larger one), 0 when someone else holds it or
+-- this owner has released it.
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+  -- A resent retake (the client lost the first reply) must still say
+  -- "taken back", not "extended": the lock was missing before it.
+  if redis.call('GET', KEYS[4]) == ARGV[4] then
+    return 2
+  end
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if cur or redis.call('EXISTS', KEYS[3]) == 1 then
+  return 0
+end
+-- MUTATION redlock-no-repair (cmd/internal/faults TestMutations; never loaded
+-- in a normal build): a missing lock is not taken back.
+return 0
