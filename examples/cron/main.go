@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"time"
@@ -17,11 +18,37 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp): // -h: the usage is printed
+	case errors.Is(err, errUsage): // the flag package printed what is wrong
+		os.Exit(2)
+	default:
 		fmt.Fprintln(os.Stderr, "cron:", err)
 		os.Exit(1)
 	}
 }
+
+// errUsage is a flag error, printed with the usage by the flag package.
+var errUsage = errors.New("bad usage")
+
+// lockURL is the backend URL: the -url flag, else $DISTLOCK_URL, else mem://.
+func lockURL(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if v := os.Getenv("DISTLOCK_URL"); v != "" {
+		return v
+	}
+	return "mem://"
+}
+
+// urlUsage is the -url flag's help.
+const urlUsage = "backend URL, e.g. redis://127.0.0.1:6379, etcd://127.0.0.1:2379, zk://127.0.0.1:2181/locks;\n" +
+	"empty: $DISTLOCK_URL, else mem:// (in-process: fine for this demo, whose replicas share one process;\n" +
+	"across processes it excludes nothing)"
 
 // errLate is a replica declining a slot whose start window has passed.
 var errLate = errors.New("slot's start window has passed")
@@ -35,19 +62,28 @@ type config struct {
 	ttl      time.Duration
 }
 
-func run(ctx context.Context, args []string, out io.Writer) error {
+// run parses args, writes the story to out and flag errors and the usage
+// to errOut.
+func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs := flag.NewFlagSet("cron", flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs.SetOutput(errOut)
 	var c config
-	fs.StringVar(&c.url, "url", envOr("DISTLOCK_URL", "mem://"), "backend URL (default $DISTLOCK_URL, else mem://)")
+	fs.StringVar(&c.url, "url", "", urlUsage)
 	fs.IntVar(&c.replicas, "replicas", 3, "replicas, each with its own Locker")
 	fs.IntVar(&c.ticks, "ticks", 5, "schedule slots to run")
 	fs.DurationVar(&c.every, "every", 200*time.Millisecond, "schedule period (slot length)")
 	fs.DurationVar(&c.job, "job", 0, "how long the job runs (default a quarter of -every)")
 	fs.DurationVar(&c.ttl, "ttl", 0, "lease TTL, the failover time if a runner dies (default -every)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	c.url = lockURL(c.url)
 	if c.job == 0 {
 		c.job = c.every / 4
 	}
@@ -215,11 +251,4 @@ func (g *ledger) verify() error {
 	}
 	fmt.Fprintf(g.out, "ok: %d slots, each ran exactly once\n", len(g.runs))
 	return nil
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }

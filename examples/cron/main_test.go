@@ -3,38 +3,45 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/distlock/distlock/examples/internal/backendtest"
 )
 
-func TestCronOnMemory(t *testing.T) {
-	var out bytes.Buffer
-	err := run(context.Background(), []string{"-url", "mem://cron-test", "-replicas", "4", "-ticks", "5", "-every", "200ms"}, &out)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
-	// Check the printed runs independently of run's own verification.
-	runs := regexp.MustCompile(`(?m)^slot (\d+) \(.*\): replica (\d+) runs the job with token (\d+)$`).FindAllStringSubmatch(out.String(), -1)
-	perSlot := map[string]int{}
-	for _, m := range runs {
-		perSlot[m[1]]++
-	}
-	for i := range 5 {
-		if n := perSlot[fmt.Sprint(i)]; n != 1 {
-			t.Errorf("slot %d ran %d times", i, n)
+// TestCron runs the program on every backend, on real servers.
+func TestCron(t *testing.T) {
+	backendtest.Each(t, nil, func(t *testing.T, url string) {
+		var out, errOut bytes.Buffer
+		err := run(t.Context(), []string{"-url", url, "-replicas", "3", "-ticks", "4", "-every", "300ms"}, &out, &errOut)
+		if err != nil {
+			t.Fatalf("%v\n%s%s", err, out.String(), errOut.String())
 		}
-	}
-	if len(runs) != 5 {
-		t.Errorf("%d runs printed, want 5", len(runs))
-	}
-	if !strings.Contains(out.String(), "ok: 5 slots, each ran exactly once") {
-		t.Errorf("no success line")
-	}
-	if t.Failed() {
-		t.Logf("output:\n%s", out.String())
-	}
+		// Check the printed runs independently of run's own verification.
+		runs := regexp.MustCompile(`(?m)^slot (\d+) \(.*\): replica (\d+) runs the job with token (\d+)$`).FindAllStringSubmatch(out.String(), -1)
+		perSlot := map[string]int{}
+		for _, m := range runs {
+			perSlot[m[1]]++
+		}
+		for i := range 4 {
+			if n := perSlot[fmt.Sprint(i)]; n != 1 {
+				t.Errorf("slot %d ran %d times", i, n)
+			}
+		}
+		if len(runs) != 4 {
+			t.Errorf("%d runs printed, want 4", len(runs))
+		}
+		if !strings.Contains(out.String(), "backend: "+url+" (") || !strings.Contains(out.String(), "ok: 4 slots, each ran exactly once") {
+			t.Errorf("no backend or success line")
+		}
+		if t.Failed() {
+			t.Logf("output:\n%s", out.String())
+		}
+	})
 }
 
 func TestCronBadFlags(t *testing.T) {
@@ -43,10 +50,17 @@ func TestCronBadFlags(t *testing.T) {
 		{"-every", "1ms"},
 		{"-every", "100ms", "-job", "80ms"},
 		{"-url", "nope://x"},
+		{"-nope"},
+		{"extra"},
 	} {
-		var out bytes.Buffer
-		if err := run(context.Background(), args, &out); err == nil {
-			t.Errorf("%v: no error", args)
+		var out, errOut bytes.Buffer
+		if err := run(context.Background(), args, &out, &errOut); err == nil || errors.Is(err, flag.ErrHelp) {
+			t.Errorf("%v: error %v", args, err)
 		}
+	}
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"-h"}, &out, &errOut)
+	if !errors.Is(err, flag.ErrHelp) || !strings.Contains(errOut.String(), "$DISTLOCK_URL, else mem://") || strings.Contains(errOut.String(), `(default "`) {
+		t.Fatalf("-h: %v\n%s", err, errOut.String())
 	}
 }

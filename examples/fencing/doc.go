@@ -10,14 +10,15 @@
 //
 // Usage:
 //
-//	go run ./examples/fencing -dsn postgres://postgres@127.0.0.1:5432/postgres
-//	DATABASE_URL=postgres://... go run ./examples/fencing -url mem://
+//	go run ./examples/fencing -dsn postgres://postgres@127.0.0.1:5432/postgres -url etcd://127.0.0.1:2379
+//	DATABASE_URL=postgres://... DISTLOCK_URL=redis://127.0.0.1:6379 go run ./examples/fencing
 //
 // Flags:
 //
-//	-dsn  PostgreSQL URL (default $DATABASE_URL; with neither, a throwaway
-//	      local PostgreSQL is started from the installed binaries)
-//	-url  lock backend URL (default $DISTLOCK_URL, else mem://)
+//	-dsn  PostgreSQL URL (empty: $DATABASE_URL; with neither, it exits with
+//	      status 2 and says how to start one; see README.md)
+//	-url  lock backend URL (empty: $DISTLOCK_URL, else mem://, in-process,
+//	      enough here as both clients run in this one process)
 //	-ttl  A's lease TTL, i.e. how long before the pause costs A its lock (default 1s)
 //
 // It creates the distlock_fence and fencing_demo tables if missing and

@@ -13,11 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/distlock/distlock/internal/testserver"
-
 	"github.com/distlock/distlock"
+	_ "github.com/distlock/distlock/all" // every backend's URL scheme: mem, redis, redlock, etcd, zk
 	"github.com/distlock/distlock/fencing"
-	_ "github.com/distlock/distlock/memory" // mem://
 )
 
 func main() {
@@ -34,41 +32,54 @@ type config struct {
 	ttl     time.Duration
 }
 
+// noDSN is the message when no PostgreSQL is named.
+const noDSN = `no PostgreSQL given: pass -dsn or set DATABASE_URL, e.g.
+  -dsn 'postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'
+To start a scratch PostgreSQL for it (see examples/fencing/README.md):
+  docker run --rm -d -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres
+or, from installed binaries (Debian: in /usr/lib/postgresql/<version>/bin; not as root):
+  initdb -D /tmp/pgdemo -U postgres --auth=trust && pg_ctl -D /tmp/pgdemo -o '-k /tmp' -l /tmp/pgdemo.log start`
+
 // cli parses args and the environment, runs the demo and returns the exit
-// code: 0 when the fence behaved, 1 on failure, 2 on bad usage.
+// code: 0 when the fence behaved (or -h), 1 on failure, 2 on bad usage.
 func cli(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fencing", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg config
-	fs.StringVar(&cfg.dsn, "dsn", getenv("DATABASE_URL"), "PostgreSQL connection URL (default $DATABASE_URL)")
-	lockURL := getenv("DISTLOCK_URL")
-	if lockURL == "" {
-		lockURL = "mem://"
-	}
-	fs.StringVar(&cfg.lockURL, "url", lockURL, "lock backend URL (default $DISTLOCK_URL, else mem://)")
+	fs.StringVar(&cfg.dsn, "dsn", "", "PostgreSQL connection URL; empty: $DATABASE_URL")
+	fs.StringVar(&cfg.lockURL, "url", "", "lock backend URL, e.g. redis://127.0.0.1:6379, etcd://127.0.0.1:2379, zk://127.0.0.1:2181/locks;\n"+
+		"empty: $DISTLOCK_URL, else mem:// (in-process: enough here, as both clients run in this process)")
 	fs.DurationVar(&cfg.ttl, "ttl", time.Second, "TTL of A's lease; A pauses past it")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // -h: the usage is printed
+		}
 		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "fencing: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if cfg.dsn == "" {
+		cfg.dsn = getenv("DATABASE_URL")
+	}
+	if cfg.lockURL == "" {
+		cfg.lockURL = getenv("DISTLOCK_URL")
+	}
+	if cfg.lockURL == "" {
+		cfg.lockURL = "mem://"
 	}
 	if cfg.ttl <= 0 || cfg.ttl > time.Minute {
 		fmt.Fprintf(stderr, "fencing: -ttl %v: want between 0 and 1m\n", cfg.ttl)
 		return 2
 	}
+	if cfg.dsn == "" {
+		fmt.Fprintf(stderr, "fencing: %s\n", noDSN)
+		return 2
+	}
 	// Bound the whole demo: a server that does not answer fails it.
 	ctx, cancel := context.WithTimeout(ctx, 2*cfg.ttl+time.Minute)
 	defer cancel()
-	if cfg.dsn == "" {
-		// No database named: start a throwaway one from the installed
-		// PostgreSQL binaries (make setup installs them).
-		srv, err := testserver.Start(ctx, testserver.KindPostgres, "")
-		if err != nil {
-			fmt.Fprintf(stderr, "fencing: no -dsn or DATABASE_URL given, and starting a local PostgreSQL failed: %v\n(run `make setup`, or pass -dsn postgres://user@host:5432/dbname)\n", err)
-			return 2
-		}
-		defer srv.Close()
-		cfg.dsn = srv.DSN()
-		fmt.Fprintf(stdout, "using a local PostgreSQL started for this demo at %s\n", srv.Addr())
-	}
 	if err := run(ctx, stdout, cfg); err != nil {
 		fmt.Fprintf(stderr, "fencing: %v\n", err)
 		return 1

@@ -3,39 +3,47 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/examples/internal/backendtest"
 )
 
 func env(vars map[string]string) func(string) string {
 	return func(k string) string { return vars[k] }
 }
 
-// TestDemo runs the program as a user would against one real PostgreSQL.
+// TestDemo runs the program as a user would, against a real PostgreSQL and
+// each lock backend on real servers; every backend gets a database of its
+// own.
 func TestDemo(t *testing.T) {
-	s := testserver.Postgres(t)
-	t.Run("Story", func(t *testing.T) { testStory(t, s.DSN()) })
-	t.Run("DSNFlagWinsOverEnv", func(t *testing.T) { testDSNFlag(t, s.DSN()) })
-	t.Run("BadLockURL", func(t *testing.T) { testBadLockURL(t, s.DSN()) })
+	newDB := backendtest.Postgres(t)
+	backendtest.Each(t, nil, func(t *testing.T, url string) {
+		// The second run must tell the same story on the rows the first
+		// left (mem:// tokens restart at 1 in each process).
+		runs := 1
+		if strings.HasPrefix(url, "mem://") {
+			runs = 2
+		}
+		testStory(t, newDB(t), url, runs)
+	})
+	t.Run("DSNFlagWinsOverEnv", func(t *testing.T) { testDSNFlag(t, newDB(t)) })
+	t.Run("BadLockURL", func(t *testing.T) { testBadLockURL(t, newDB(t)) })
 }
 
-// testStory runs the demo twice: the second run must tell the same story
-// on the rows the first left.
-func testStory(t *testing.T, dsn string) {
-	ctx := context.Background()
-	for run := range 2 {
+func testStory(t *testing.T, dsn, url string, runs int) {
+	ctx := t.Context()
+	for run := range runs {
 		var out, errOut bytes.Buffer
-		code := cli(ctx, []string{"-ttl", "200ms"}, env(map[string]string{"DATABASE_URL": dsn}), &out, &errOut)
+		// The lock URL from the environment, as DISTLOCK_URL=… go run would.
+		code := cli(ctx, []string{"-ttl", "300ms"}, env(map[string]string{"DATABASE_URL": dsn, "DISTLOCK_URL": url}), &out, &errOut)
 		t.Logf("run %d output:\n%s", run+1, out.String())
 		if code != 0 {
 			t.Fatalf("run %d: exit code %d: %s", run+1, code, errOut.String())
 		}
-		for _, want := range []string{"A: REJECTED: fencing: stale token", "balance 150, last written by B", "balance 110, last written by A: B's +50 is lost"} {
+		for _, want := range []string{"lock backend " + url + ",", "A: REJECTED: fencing: stale token", "balance 150, last written by B", "balance 110, last written by A: B's +50 is lost"} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("run %d: output lacks %q", run+1, want)
 			}
@@ -59,14 +67,22 @@ func testStory(t *testing.T, dsn string) {
 
 func testDSNFlag(t *testing.T, dsn string) {
 	var out, errOut bytes.Buffer
-	code := cli(context.Background(), []string{"-dsn", dsn, "-ttl", "100ms"},
-		env(map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none"}), &out, &errOut)
+	code := cli(context.Background(), []string{"-dsn", dsn, "-url", "mem://dsn-flag", "-ttl", "100ms"},
+		env(map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none", "DISTLOCK_URL": "nosuch://x"}), &out, &errOut)
 	if code != 0 {
 		t.Fatalf("exit code %d: %s", code, errOut.String())
 	}
 }
 
-func TestUsageErrors(t *testing.T) {
+func testBadLockURL(t *testing.T, dsn string) {
+	var out, errOut bytes.Buffer
+	code := cli(context.Background(), []string{"-url", "nosuch://x"}, env(map[string]string{"DATABASE_URL": dsn}), &out, &errOut)
+	if code != 1 || !strings.Contains(errOut.String(), "nosuch") {
+		t.Fatalf("exit code %d, stderr %q: want 1 and a message naming the scheme", code, errOut.String())
+	}
+}
+
+func TestUsage(t *testing.T) {
 	cases := []struct {
 		name string
 		args []string
@@ -74,9 +90,13 @@ func TestUsageErrors(t *testing.T) {
 		code int
 		want []string
 	}{
+		{"help", []string{"-h"}, nil, 0, []string{"-dsn", "$DATABASE_URL", "$DISTLOCK_URL, else mem://"}},
 		{"bad TTL", []string{"-ttl", "0s"}, map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/x"}, 2, []string{"-ttl"}},
 		{"unknown flag", []string{"-nope"}, nil, 2, []string{"-nope"}},
+		{"extra argument", []string{"-dsn", "postgres://x@127.0.0.1/x", "extra"}, nil, 2, []string{"extra"}},
 		{"bad DSN", []string{"-dsn", "postgres://%zz"}, nil, 1, []string{"bad -dsn"}},
+		// No database named: say how to get one, start nothing.
+		{"no DSN", nil, nil, 2, []string{"no PostgreSQL given", "-dsn", "DATABASE_URL", "docker run", "initdb", "README.md"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -90,30 +110,12 @@ func TestUsageErrors(t *testing.T) {
 					t.Errorf("stderr %q lacks %q", errOut.String(), w)
 				}
 			}
+			if strings.Contains(errOut.String(), "help requested") {
+				t.Errorf("stderr %q mentions \"help requested\"", errOut.String())
+			}
+			if out.Len() > 0 {
+				t.Errorf("stdout %q, want nothing", out.String())
+			}
 		})
-	}
-}
-
-func testBadLockURL(t *testing.T, dsn string) {
-	var out, errOut bytes.Buffer
-	code := cli(context.Background(), []string{"-url", "nosuch://x"}, env(map[string]string{"DATABASE_URL": dsn}), &out, &errOut)
-	if code != 1 || !strings.Contains(errOut.String(), "nosuch") {
-		t.Fatalf("exit code %d, stderr %q: want 1 and a message naming the scheme", code, errOut.String())
-	}
-}
-
-// TestNoDSNStartsLocalServer: with no DSN the demo starts its own
-// PostgreSQL, as the README's command promises.
-func TestNoDSNStartsLocalServer(t *testing.T) {
-	var out, errOut bytes.Buffer
-	code := cli(context.Background(), []string{"-ttl", "200ms"}, env(nil), &out, &errOut)
-	if code == 2 && strings.Contains(errOut.String(), "starting a local PostgreSQL failed") && os.Getenv("CI") != "true" {
-		t.Skip(errOut.String())
-	}
-	if code != 0 {
-		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
-	}
-	if !strings.Contains(out.String(), "using a local PostgreSQL") {
-		t.Fatalf("did not say which server it used:\n%s", out.String())
 	}
 }

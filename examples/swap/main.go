@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,20 +25,56 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp): // -h: the usage is printed
+	case errors.Is(err, errUsage): // the flag package printed what is wrong
+		os.Exit(2)
+	default:
 		fmt.Fprintln(os.Stderr, "swap:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, args []string, out io.Writer) error {
+// errUsage is a flag error, printed with the usage by the flag package.
+var errUsage = errors.New("bad usage")
+
+// lockURL is the backend URL: the -url flag, else $DISTLOCK_URL, else mem://.
+func lockURL(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if v := os.Getenv("DISTLOCK_URL"); v != "" {
+		return v
+	}
+	return "mem://"
+}
+
+// urlUsage is the -url flag's help.
+const urlUsage = "backend URL, e.g. redis://127.0.0.1:6379, etcd://127.0.0.1:2379, zk://127.0.0.1:2181/locks;\n" +
+	"empty: $DISTLOCK_URL, else mem:// (in-process: fine for this demo, whose workers share one process;\n" +
+	"across processes it excludes nothing)"
+
+// run parses args, writes the story to out and flag errors and the usage
+// to errOut.
+func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs := flag.NewFlagSet("swap", flag.ContinueOnError)
-	url := fs.String("url", envOr("DISTLOCK_URL", "mem://"), "backend URL (default $DISTLOCK_URL, else mem://)")
+	fs.SetOutput(errOut)
+	url := fs.String("url", "", urlUsage)
 	workers := fs.Int("workers", 4, "workers, each with its own Locker")
 	rounds := fs.Int("rounds", 5, "critical sections per worker")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	*url = lockURL(*url)
 	if *workers < 1 || *rounds < 1 {
 		return errors.New("-workers and -rounds must be at least 1")
 	}
@@ -96,11 +133,4 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "ok: %d critical sections, never overlapping, tokens strictly increasing\n", entries)
 	return nil
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }
