@@ -55,7 +55,8 @@ func startRedis(fsync string) func(t testing.TB) *Target {
 		}
 		s := testserver.Redis(t, opts...)
 		tg := &Target{Backend: name, Servers: []*testserver.Server{s}, TTL: TTL, Renew: TTL / 3, proxyable: true,
-			URL: func(a []string) string { return "redis://" + a[0] + "?dial_timeout=500ms" }}
+			Linger: 500 * time.Millisecond,
+			URL:    func(a []string) string { return "redis://" + a[0] + "?dial_timeout=500ms" }}
 		tg.Guarantees = guarantees(t, tg)
 		return tg
 	}
@@ -65,6 +66,7 @@ func startRedlock(n int) func(t testing.TB) *Target {
 	return func(t testing.TB) *Target {
 		ss := testserver.RedisN(t, n)
 		tg := &Target{Backend: fmt.Sprintf("redlock%d", n), Servers: ss, TTL: TTL, Renew: TTL / 3, proxyable: true,
+			Redlock: true, repairs: true, Linger: 500 * time.Millisecond,
 			URL: func(a []string) string { return "redlock://" + strings.Join(a, ",") + "?dial_timeout=500ms" }}
 		if n == 3 {
 			tg.Backend = "redlock"
@@ -77,6 +79,7 @@ func startRedlock(n int) func(t testing.TB) *Target {
 func startEtcd(n int) func(t testing.TB) *Target {
 	return func(t testing.TB) *Target {
 		tg := &Target{Backend: "etcd", TTL: TTL, Renew: TTL / 3, proxyable: n == 1,
+			Election: 3 * time.Second, Linger: 1500 * time.Millisecond,
 			URL: func(a []string) string { return "etcd://" + strings.Join(a, ",") + "/?dial_timeout=2s" }}
 		if n == 1 {
 			tg.Servers = []*testserver.Server{testserver.Etcd(t)}
@@ -93,6 +96,7 @@ func startEtcd(n int) func(t testing.TB) *Target {
 func startZK(n int) func(t testing.TB) *Target {
 	return func(t testing.TB) *Target {
 		tg := &Target{Backend: "zookeeper", TTL: TTL, Renew: TTL / 3, proxyable: n == 1,
+			Election: zkSession + 2*time.Second, Linger: zkSession,
 			URL: func(a []string) string {
 				return "zk://" + strings.Join(a, ",") + "/faults?session_timeout=" + zkSession.String()
 			}}
@@ -120,4 +124,21 @@ func guarantees(t testing.TB, tg *Target) distlock.Guarantees {
 	}
 	defer l.Close()
 	return l.Guarantees()
+}
+
+// startZKClamped starts one ZooKeeper server whose maxSessionTimeout
+// (granted) is below the session timeout the clients ask for (asked): the
+// server expires sessions on the granted timeout, and the backend's loss
+// notice must follow it.
+func startZKClamped(granted, asked time.Duration) func(t testing.TB) *Target {
+	return func(t testing.TB) *Target {
+		tg := &Target{Backend: "zookeeper-clamped", TTL: TTL, Renew: TTL / 3, proxyable: true,
+			Election: granted + 2*time.Second, Linger: granted,
+			URL: func(a []string) string {
+				return "zk://" + strings.Join(a, ",") + "/faults?session_timeout=" + asked.String()
+			}}
+		tg.Servers = []*testserver.Server{testserver.ZooKeeper(t, testserver.WithZKMaxSessionTimeout(granted))}
+		tg.Guarantees = guarantees(t, tg)
+		return tg
+	}
 }

@@ -46,6 +46,14 @@ type Target struct {
 	Guarantees distlock.Guarantees
 
 	proxyable bool
+	// Redlock marks Redlock deployments; repairs those whose refresh takes
+	// a lock back on a node that lost it (a restart is then tolerated, one
+	// node at a time).
+	Redlock, repairs bool
+	// Election is the election or session timeout the recovery bound
+	// allows for; Linger how long a server may keep a lock past the end
+	// of its holder's local validity (etcd's lease is ceil(TTL)+1 s).
+	Election, Linger time.Duration
 }
 
 // addrs returns the servers' client addresses.
@@ -168,6 +176,9 @@ type Shared struct {
 	Worker string
 	PG     *testserver.Server
 	Pool   *pgxpool.Pool
+
+	mutantOnce sync.Once
+	mutant     string // the worker built with -tags distlock_mutations
 }
 
 // Setup starts PostgreSQL, creates the counter and fence tables, and builds
@@ -200,42 +211,31 @@ func Setup(t testing.TB) *Shared {
 	return &Shared{Worker: bin, PG: pg, Pool: pool}
 }
 
-func buildWorker(dir string) string {
+func buildWorker(dir string, tags ...string) string {
 	bin := filepath.Join(dir, "faults-worker")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/distlock/distlock/cmd/internal/faults/worker")
+	args := []string{"build", "-o", bin}
+	if len(tags) > 0 {
+		bin += "-" + strings.Join(tags, "-")
+		args = []string{"build", "-o", bin, "-tags", strings.Join(tags, ",")}
+	}
+	cmd := exec.Command("go", append(args, "github.com/distlock/distlock/cmd/internal/faults/worker")...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Sprintf("error: build worker: %v\n%s", err, out)
 	}
 	return bin
 }
 
-var keySeq atomic.Int64
-
-// Run runs one scenario to the end and returns its row. Infrastructure
-// failures (a worker that will not start, a fault that cannot be injected)
-// fail t; what the checkers find is for the caller to judge.
-func Run(t testing.TB, sh *Shared, sc Scenario, tg *Target) Row {
+// startWorkers starts n workers of binary bin on env (through env.links
+// when set), with extra environment variables, and returns the function
+// that stops them all (SIGCONT, SIGTERM, then SIGKILL after grace).
+func startWorkers(t testing.TB, sh *Shared, env *Env, dir string, n int, bin string, environ []string, think time.Duration, seed uint64) func(grace time.Duration) {
 	t.Helper()
-	ctx := context.Background()
-	key := fmt.Sprintf("faults/%s/%s/%s/%d", tg.Backend, sc.Fault.Name, sc.Mode(), keySeq.Add(1))
-	if _, err := sh.Pool.Exec(ctx, `INSERT INTO faults_counter (key, n) VALUES ($1, 0)`, key); err != nil {
-		t.Fatal(err)
+	tg, key := env.Target, env.Key
+	mode := "unguarded"
+	if env.Guarded {
+		mode = "guarded"
 	}
-	dir := t.TempDir()
-	if d := os.Getenv("FAULTS_KEEP"); d != "" { // keep the logs for a post-mortem
-		var err error
-		if dir, err = os.MkdirTemp(d, "cell-"); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("logs in %s", dir)
-	}
-	env := &Env{Target: tg, Key: key, Guarded: sc.Guarded, Pool: sh.Pool}
-	if sc.Fault.Link {
-		env.links = newLinks()
-		t.Cleanup(env.links.close)
-	}
-	nw := max(sc.Workers, 2)
-	for i := range nw {
+	for i := range n {
 		url := tg.URL(tg.addrs())
 		if env.links != nil {
 			addrs, err := env.links.add(i, tg.addrs())
@@ -254,11 +254,14 @@ func Run(t testing.TB, sh *Shared, sc Scenario, tg *Target) Row {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.cmd = exec.Command(sh.Worker,
-			"-url", url, "-key", key, "-dsn", sh.PG.DSN(), "-mode", sc.Mode(),
+		w.cmd = exec.Command(bin,
+			"-url", url, "-key", key, "-dsn", sh.PG.DSN(), "-mode", mode,
 			"-log", w.log, "-status", w.status, "-id", strconv.Itoa(i),
-			"-ttl", tg.TTL.String(), "-think", sc.Think.String(),
-			"-seed", strconv.FormatUint(sc.Seed, 10), "-duration", "5m")
+			"-ttl", tg.TTL.String(), "-think", think.String(),
+			"-seed", strconv.FormatUint(seed, 10), "-duration", "60m")
+		if environ != nil {
+			w.cmd.Env = append(os.Environ(), environ...)
+		}
 		w.cmd.Stdout, w.cmd.Stderr = errf, errf
 		// Die with the test binary even if it is killed.
 		w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -290,6 +293,35 @@ func Run(t testing.TB, sh *Shared, sc Scenario, tg *Target) Row {
 		}
 	}
 	t.Cleanup(func() { stopAll(time.Second) })
+	return stopAll
+}
+
+var keySeq atomic.Int64
+
+// Run runs one scenario to the end and returns its row. Infrastructure
+// failures (a worker that will not start, a fault that cannot be injected)
+// fail t; what the checkers find is for the caller to judge.
+func Run(t testing.TB, sh *Shared, sc Scenario, tg *Target) Row {
+	t.Helper()
+	ctx := context.Background()
+	key := fmt.Sprintf("faults/%s/%s/%s/%d", tg.Backend, sc.Fault.Name, sc.Mode(), keySeq.Add(1))
+	if _, err := sh.Pool.Exec(ctx, `INSERT INTO faults_counter (key, n) VALUES ($1, 0)`, key); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if d := os.Getenv("FAULTS_KEEP"); d != "" { // keep the logs for a post-mortem
+		var err error
+		if dir, err = os.MkdirTemp(d, "cell-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("logs in %s", dir)
+	}
+	env := &Env{Target: tg, Key: key, Guarded: sc.Guarded, Pool: sh.Pool}
+	if sc.Fault.Link {
+		env.links = newLinks()
+		t.Cleanup(env.links.close)
+	}
+	stopAll := startWorkers(t, sh, env, dir, max(sc.Workers, 2), sh.Worker, nil, sc.Think, sc.Seed)
 
 	sleep(ctx, sc.Warmup)
 	in, ferr := sc.Fault.Inject(ctx, env)
@@ -382,4 +414,27 @@ func (r Row) String() string {
 	return fmt.Sprintf("%-10s %-20s %-9s ops=%-4d acq=%-4d acq-err=%-2d ok=%-4d rej=%-3d legit-rej=%-3d unk=%-2d overlaps=%-3d lost=%-3d stale-ok=%-3d lin=%-7s done-after-resume=%-6s usable=%-6s %s",
 		r.Backend, r.Fault, r.Mode, r.Writes, r.Acquires, r.AcquireErrs, r.Accepted, r.Rejected, r.LegitRejected, r.Uncertain,
 		r.Overlaps, r.LostUpdates, r.StaleAccepts, r.Linearizable, ms(r.DoneAfterResume), ms(r.Usable), r.Note)
+}
+
+// cellWorkers is the number of worker processes in every cell.
+const cellWorkers = 3
+
+// heal restarts every server a fault left down, so the next scenario on the
+// target starts healthy.
+func heal(t testing.TB, tg *Target) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if tg.Cluster != nil {
+		if err := tg.Cluster.Restart(ctx); err != nil {
+			t.Fatalf("heal %s: %v", tg.Backend, err)
+		}
+		return
+	}
+	for _, s := range tg.Servers {
+		if s.PID() == 0 {
+			if err := s.Restart(ctx); err != nil {
+				t.Fatalf("heal %s: %v", tg.Backend, err)
+			}
+		}
+	}
 }

@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -17,9 +16,6 @@ var (
 	long    = flag.Bool("faults.long", os.Getenv("FAULTS_LONG") != "", "run the long matrix (≥ 10,000 guarded operations) and print its table")
 	jsonOut = flag.String("faults.json", os.Getenv("FAULTS_JSON"), "write the matrix's rows as JSON to this file (a relative path is taken from the repository root; or FAULTS_JSON)")
 )
-
-// cellWorkers is the number of worker processes in every cell.
-const cellWorkers = 3
 
 // pause is how long a paused holder or server stays stopped: longer than
 // every backend's real TTL (Redis 1s, etcd 2s, ZooKeeper session 1.5s).
@@ -184,26 +180,6 @@ func judge(t *testing.T, sc Scenario, tg *Target, row Row) {
 		} else if row.DoneAfterResume > row.Bound {
 			t.Errorf("the paused holder's Lease.Done closed %v after its resume, want within TTL + renew interval = %v",
 				row.DoneAfterResume, row.Bound)
-		}
-	}
-}
-
-// heal restarts every server a fault left down, so the next scenario on the
-// target starts healthy.
-func heal(t testing.TB, tg *Target) {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	if tg.Cluster != nil {
-		if err := tg.Cluster.Restart(ctx); err != nil {
-			t.Fatalf("heal %s: %v", tg.Backend, err)
-		}
-		return
-	}
-	for _, s := range tg.Servers {
-		if s.PID() == 0 {
-			if err := s.Restart(ctx); err != nil {
-				t.Fatalf("heal %s: %v", tg.Backend, err)
-			}
 		}
 	}
 }

@@ -28,6 +28,9 @@ type Event struct {
 	Valid bool   `json:"valid,omitempty"`
 	Err   string `json:"err,omitempty"`
 	PID   int    `json:"pid,omitempty"` // start
+	// Exp (lost, release): the lease's deadline (Lease.Expires) at that
+	// moment, on CLOCK_MONOTONIC: the end of its local validity.
+	Exp int64 `json:"exp,omitempty"`
 }
 
 // LeaseValid reports whether l still stands by its own account: it has not

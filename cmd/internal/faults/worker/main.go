@@ -55,6 +55,9 @@ func mono() int64 {
 	return ts.Nano()
 }
 
+// monoAt converts a deadline to CLOCK_MONOTONIC.
+func monoAt(t time.Time) int64 { return mono() + int64(time.Until(t)) }
+
 type recorder struct {
 	mu sync.Mutex
 	f  *os.File
@@ -169,7 +172,7 @@ func run(url, key, dsn, mode, logPath, status string, id, ops int, duration, ttl
 			defer watchers.Done()
 			<-lease.Done()
 			if err := lease.Err(); errors.Is(err, distlock.ErrLeaseLost) {
-				rec.log(Event{Ev: "lost", Token: tok, Result: err.Error()})
+				rec.log(Event{Ev: "lost", Token: tok, Result: err.Error(), Exp: monoAt(lease.Expires())})
 			}
 		}()
 
@@ -200,6 +203,7 @@ func run(url, key, dsn, mode, logPath, status string, id, ops int, duration, ttl
 		rec.log(w)
 
 		t1 := mono()
+		exp := monoAt(lease.Expires())
 		setStatus("free")
 		// A failed Release leaves the lease held (and renewed): retry, or a
 		// lost reply (a server killed mid-call) strands the lock for good.
@@ -211,7 +215,7 @@ func run(url, key, dsn, mode, logPath, status string, id, ops int, duration, ttl
 			time.Sleep(100 * time.Millisecond)
 		}
 		ocancel()
-		rel := Event{Ev: "release", T0: t1, Token: tok}
+		rel := Event{Ev: "release", T0: t1, Token: tok, Exp: exp}
 		if err != nil {
 			rel.Err = err.Error()
 		}

@@ -1,0 +1,134 @@
+package faults
+
+import (
+	"flag"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	mutationsControl = flag.Bool("mutations.control", os.Getenv("FAULTS_MUTATIONS_CONTROL") != "", "also run each mutation's seed without the mutation, which must run clean")
+	mutationsRun     = flag.Bool("mutations", os.Getenv("FAULTS_MUTATIONS") != "", "run TestMutations (or FAULTS_MUTATIONS=1; make mutations)")
+)
+
+// mutationCase is one known bug put back and the run that must catch it.
+type mutationCase struct {
+	name string
+	// mutation is DISTLOCK_MUTATION (more than one name where the bug
+	// shows only together with another).
+	mutation string
+	backend  string // a randomBackends name
+	mode     Mode
+	kinds    []Kind
+	seed     uint64
+	// expect are the rules a catch may break; the first is the bug's own.
+	expect []string
+	// target adjusts the deployment (a longer TTL, a short read timeout).
+	target func(tg *Target) *Target
+	span   time.Duration
+	settle time.Duration
+	gap    time.Duration
+	why    string
+}
+
+// withTTL and read timeouts: a lease TTL long enough that a key stranded
+// for a whole TTL stands out from the recovery bound, and a short client
+// read timeout so a dropped reply makes the attempt ambiguous quickly.
+func redisAmbiguous(tg *Target) *Target {
+	c := *tg
+	c.TTL, c.Renew = 8*time.Second, 8*time.Second/3
+	c.Renew = time.Second // the recovery bound uses Renew: keep it at the usual TTL's scale
+	c.URL = func(a []string) string {
+		return "redis://" + a[0] + "?dial_timeout=500ms&read_timeout=250ms&write_timeout=250ms"
+	}
+	return &c
+}
+
+func mutationCases() []mutationCase {
+	return []mutationCase{
+		{name: "guard-skipped", mutation: "guard-skipped", backend: "redis", mode: Within, kinds: []Kind{KPauseHolder}, seed: 7,
+			expect: []string{RuleStale, RuleLost, RuleLinear}, span: 6 * time.Second, settle: 3 * time.Second, gap: time.Second,
+			why: "a paused holder resumes after its lease passed to another and writes: the guard no longer refuses it"},
+		{name: "token-restart", mutation: "token-restart", backend: "redis", mode: Beyond, kinds: []Kind{KKillRestart}, seed: 7,
+			expect: []string{RuleTokenOrder, RuleLegit}, span: 4 * time.Second, settle: 3 * time.Second, gap: time.Second,
+			why: "Redis without persistence restarts with no counter: tokens start at 1 again, below the last holder's"},
+		{name: "equal-token-accepted", mutation: "token-restart,equal-token-accepted", backend: "redis", mode: Beyond, kinds: []Kind{KKillRestart}, seed: 7,
+			expect: []string{RuleStale}, span: 2 * time.Second, settle: 12 * time.Second, gap: 700 * time.Millisecond,
+			why: "with tokens restarting at 1, a new holder reaches the token the fence already holds from another holder: the guard must refuse the equal token"},
+		{name: "no-giveback", mutation: "no-giveback", backend: "redis", mode: Within, kinds: []Kind{KDropReplies}, seed: 7,
+			expect: []string{RuleRecovery}, target: redisAmbiguous, span: 6 * time.Second, settle: 10 * time.Second, gap: 1500 * time.Millisecond,
+			why: "an acquire whose reply is lost took the lock for nobody: without the give-back the key is stranded for a whole TTL (8 s here)"},
+		{name: "owner-reuse", mutation: "owner-reuse", backend: "redis", mode: Within, kinds: []Kind{KDropReplies}, seed: 7,
+			expect: []string{RuleMutex, RuleLegit, RuleLossNotice, RuleRecovery}, target: redisAmbiguous, span: 8 * time.Second, settle: 10 * time.Second, gap: 800 * time.Millisecond,
+			why: "a later attempt reuses the owner of an abandoned one, whose late give-back may delete the later attempt's lock"},
+		{name: "zk-requested-timeout", mutation: "zk-requested-timeout", backend: "zookeeper-clamped", mode: Within, kinds: []Kind{KBlackhole}, seed: 7,
+			expect: []string{RuleLossNotice, RuleMutex}, span: 8 * time.Second, settle: 4 * time.Second, gap: 1500 * time.Millisecond,
+			why: "the server grants 1.5 s of the 6 s asked for and expires the cut-off holder's session on it; a grace from the asked timeout reports the loss after the next holder is granted"},
+		{name: "redlock-no-repair", mutation: "redlock-no-repair", backend: "redlock", mode: Within, kinds: []Kind{KKillRestart}, seed: 7,
+			expect: []string{RuleLeaseKept}, span: 14 * time.Second, settle: 3 * time.Second, gap: 1500 * time.Millisecond,
+			why: "rolling restarts of one Redlock node at a time (within the tolerance): without the retake a healthy holder's lease shrinks below a majority and is lost"},
+	}
+}
+
+// TestMutations puts each known bug back (internal/mutation, a worker
+// built with -tags distlock_mutations) and runs the randomized harness on
+// the backend it lives on with a fixed seed: the subtest passes only if
+// the harness reports a violation of the bug's rule. With
+// -mutations.control the same seed also runs without the mutation and
+// must run clean. Slow (about 5 minutes): run by `make mutations` or with
+// -mutations / FAULTS_MUTATIONS=1, not by `make test`.
+func TestMutations(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the harness needs Linux")
+	}
+	if !*mutationsRun {
+		t.Skip("slow: run with -mutations or FAULTS_MUTATIONS=1 (make mutations)")
+	}
+	sh := Setup(t)
+	sh.mutantWorker(t)
+	specs := map[string]BackendSpec{}
+	for _, b := range randomBackends() {
+		specs[b.Name] = b
+	}
+	targets := map[string]*Target{}
+	for _, mc := range mutationCases() {
+		t.Run(mc.name, func(t *testing.T) {
+			tg := targets[mc.backend]
+			if tg == nil {
+				tg = specs[mc.backend].Start(t)
+				targets[mc.backend] = tg
+			}
+			if mc.target != nil {
+				tg = mc.target(tg)
+			}
+			cfg := RandomConfig{Mode: mc.mode, Seed: mc.seed, Mutation: mc.mutation, Settle: mc.settle,
+				Gen: GenOptions{Warmup: 500 * time.Millisecond, Span: mc.span, Kinds: mc.kinds, MeanGap: mc.gap}}
+			row := RunRandom(t, sh, tg, cfg)
+			t.Log(row)
+			var caught []Violation
+			for _, v := range row.Violations {
+				if slices.Contains(mc.expect, v.Rule) {
+					caught = append(caught, v)
+				}
+			}
+			if len(caught) == 0 {
+				t.Errorf("FINDING: mutation %s (%s) was not caught: no violation of %s with seed %d on %s; the run saw %v",
+					mc.name, mc.why, strings.Join(mc.expect, " or "), mc.seed, tg.Backend, row.Violations)
+			} else {
+				t.Logf("caught %s: rule %s, seed %d, backend %s: %v", mc.name, caught[0].Rule, mc.seed, tg.Backend, caught[0])
+			}
+			if *mutationsControl {
+				cfg.Mutation = ""
+				ctl := RunRandom(t, sh, tg, cfg)
+				t.Logf("control (no mutation, seed %d): %v", mc.seed, ctl)
+				for _, v := range ctl.Violations {
+					t.Errorf("control run without the mutation is not clean: %v", v)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,291 @@
+package faults
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// The rules the randomized harness checks. Each violation names one.
+const (
+	RuleMutex       = "a-mutual-exclusion" // two leases' [granted, locally-valid-until] intervals overlap
+	RuleTokenOrder  = "b-token-order"      // a later holder's token is not above an earlier one's
+	RuleStale       = "c-stale-accepted"   // the guard let a stale write through
+	RuleLost        = "c-lost-update"      // an acknowledged guarded write is missing
+	RuleLinear      = "c-linearizable"     // porcupine: the guarded register is not linearizable
+	RuleLegit       = "d-legit-rejected"   // a guarded write refused while its lease stood
+	RuleRecovery    = "d-recovery"         // after the faults healed, the key sat free while waiters waited
+	RuleLeaseKept   = "d-lease-kept"       // a healthy holder lost its lease to a fault the backend tolerates
+	RuleLossNotice  = "e-loss-notice"      // a stale holder's Done closed too late after another holder's grant
+	lossNoticeSlack = 300 * time.Millisecond
+)
+
+// Violation is one broken rule with the operations involved.
+type Violation struct {
+	Rule   string
+	Detail string
+}
+
+func (v Violation) String() string { return v.Rule + ": " + v.Detail }
+
+// leaseRec is one lease as the history shows it.
+type leaseRec struct {
+	worker           int
+	token            int64
+	t0, granted      int64 // Acquire called, returned
+	released, lost   int64 // release called, Done seen closed by loss; 0 if not
+	exp              int64 // local deadline at its end; 0 if unknown
+	last             int64 // the worker's last event, for a lease never ended
+	holder           string
+	valid, doneUntil int64 // locally valid until; believed (not Done/released) until
+}
+
+func (l leaseRec) String() string {
+	ms := func(t int64) string { return fmt.Sprintf("%.3fs", float64(t)/1e9) }
+	return fmt.Sprintf("w%d tok %d [granted %s, valid until %s, Done/release %s]", l.worker, l.token, ms(l.granted), ms(l.valid), ms(l.doneUntil))
+}
+
+func leasesOf(evs [][]Event) []leaseRec {
+	var out []leaseRec
+	for _, wevs := range evs {
+		open := -1
+		for _, e := range wevs {
+			switch e.Ev {
+			case "acquire":
+				out = append(out, leaseRec{worker: e.Worker, token: e.Token, t0: e.T0, granted: e.T, holder: e.Holder})
+				open = len(out) - 1
+			case "lost":
+				if open >= 0 && out[open].token == e.Token && out[open].lost == 0 {
+					out[open].lost, out[open].exp = e.T, e.Exp
+				}
+			case "release":
+				if open >= 0 && out[open].token == e.Token {
+					out[open].released = e.T0
+					if out[open].exp == 0 || (e.Exp != 0 && e.Exp < out[open].exp) {
+						out[open].exp = e.Exp
+					}
+					open = -1
+				}
+			}
+		}
+		if len(wevs) > 0 {
+			for i := range out {
+				if out[i].worker == wevs[0].Worker {
+					out[i].last = wevs[len(wevs)-1].T
+				}
+			}
+		}
+	}
+	for i := range out {
+		l := &out[i]
+		l.doneUntil = int64(math.MaxInt64)
+		if l.released > 0 {
+			l.doneUntil = l.released
+		}
+		if l.lost > 0 && l.lost < l.doneUntil {
+			l.doneUntil = l.lost
+		}
+		if l.doneUntil == math.MaxInt64 {
+			l.doneUntil = l.last
+		}
+		l.valid = l.doneUntil
+		if l.exp > 0 && l.exp < l.valid {
+			l.valid = l.exp
+		}
+	}
+	slices.SortFunc(out, func(a, b leaseRec) int { return cmpInt(a.granted, b.granted) })
+	return out
+}
+
+// window is a time a fault held: a worker paused or its links degraded, or
+// a server down.
+type window struct {
+	who        int
+	start, end int64
+}
+
+func inWindow(ws []window, who int, t int64) (window, bool) {
+	for _, w := range ws {
+		if w.who == who && w.start <= t && t <= w.end {
+			return w, true
+		}
+	}
+	return window{}, false
+}
+
+func touches(ws []window, who int, a, b int64) bool {
+	for _, w := range ws {
+		if w.who == who && w.start <= b && a <= w.end {
+			return true
+		}
+	}
+	return false
+}
+
+// verdict is what the rules found in one run.
+type verdict struct {
+	Violations []Violation    // rules the mode claims, broken
+	Counted    map[string]int // every rule's breaks, claimed or not
+	// WorstLossNotice is the longest a stale holder's Done stayed open
+	// after another holder was granted (from its resume if paused).
+	WorstLossNotice time.Duration
+	// WorstRecovery is the longest from a fault's end to the next grant.
+	WorstRecovery time.Duration
+}
+
+// judgeRandom applies rules (a)–(e) to a run's history.
+func judgeRandom(evs [][]Event, c Check, tg *Target, m Mode, applied []Applied, stopT int64) verdict {
+	v := verdict{Counted: map[string]int{}}
+	claimed := func(rule string) bool {
+		switch {
+		case strings.HasPrefix(rule, "c-"), rule == RuleTokenOrder:
+			return true
+		}
+		return m == Within
+	}
+	add := func(rule, format string, args ...any) {
+		v.Counted[rule]++
+		if claimed(rule) && v.Counted[rule] <= 5 { // the first few, with their ops
+			v.Violations = append(v.Violations, Violation{rule, fmt.Sprintf(format, args...)})
+		} else if claimed(rule) && v.Counted[rule] == 6 {
+			v.Violations = append(v.Violations, Violation{rule, "… more of the same"})
+		}
+	}
+	ls := leasesOf(evs)
+	var paused, degraded []window
+	var lastHeal int64
+	for _, a := range applied {
+		if a.Skipped != "" {
+			continue
+		}
+		lastHeal = max(lastHeal, a.End)
+		switch a.Kind {
+		case KPauseHolder:
+			paused = append(paused, window{a.Worker, a.Start, a.End})
+			degraded = append(degraded, window{a.Worker, a.Start, a.End})
+		case KBlackhole, KDelayLink, KDropReplies:
+			degraded = append(degraded, window{a.Worker, a.Start, a.End})
+		}
+	}
+
+	// (a) mutual exclusion on [granted, locally-valid-until].
+	for i, a := range ls {
+		for _, b := range ls[i+1:] {
+			if b.granted >= a.valid {
+				continue
+			}
+			if a.worker != b.worker {
+				add(RuleMutex, "%v and %v overlap by %v", a, b, time.Duration(min(a.valid, b.valid)-b.granted).Round(time.Millisecond))
+			}
+		}
+	}
+	// (b) token order: a grant whose attempt began after another grant
+	// returned must carry a larger token.
+	maxTok := make([]int64, len(ls))
+	maxAt := make([]int, len(ls))
+	for i, l := range ls {
+		maxTok[i], maxAt[i] = l.token, i
+		if i > 0 && maxTok[i-1] >= l.token {
+			maxTok[i], maxAt[i] = maxTok[i-1], maxAt[i-1]
+		}
+	}
+	for _, b := range ls {
+		i := sort.Search(len(ls), func(i int) bool { return ls[i].granted >= b.t0 })
+		if i > 0 && maxTok[i-1] >= b.token {
+			add(RuleTokenOrder, "%v began after %v was granted, with a token not above it", b, ls[maxAt[i-1]])
+		}
+	}
+	// (c) the guarded register.
+	if c.StaleAccepts > 0 {
+		for range c.StaleAccepts {
+			add(RuleStale, "%d stale write(s) accepted", c.StaleAccepts)
+		}
+	}
+	if c.LostUpdates > 0 {
+		add(RuleLost, "%d acknowledged write(s) missing from the final counter %d", c.LostUpdates, c.Final)
+	}
+	if c.Linearizable == "illegal" {
+		add(RuleLinear, "porcupine: the accepted read-modify-writes are not linearizable")
+	}
+	// (d) liveness: legitimate writes refused; recovery after the last
+	// fault; leases kept through tolerated faults where the repair claims it.
+	for _, we := range evs {
+		for _, e := range we {
+			if e.Ev == "write" && e.Result == "stale" && e.Valid {
+				add(RuleLegit, "w%d tok %d: guarded write refused as stale at %.3fs while its lease stood", e.Worker, e.Token, float64(e.T)/1e9)
+			}
+		}
+	}
+	bound := tg.Election + time.Second + tg.Renew
+	if lastHeal > 0 {
+		from := lastHeal
+		for _, l := range ls {
+			if l.valid > from && l.granted <= from {
+				from = l.valid + int64(tg.Linger)
+			}
+		}
+		for _, l := range ls {
+			if l.granted < from {
+				continue
+			}
+			if gap := time.Duration(l.granted - from); gap > bound {
+				add(RuleRecovery, "after the last fault healed (%.3fs), the key was free with no grant for %v (bound: election/session %v + 1s + renew), until %v",
+					float64(lastHeal)/1e9, gap.Round(time.Millisecond), tg.Election, l)
+			}
+			from = max(from, l.valid+int64(tg.Linger))
+		}
+		if gap := time.Duration(stopT - from); from < stopT && gap > bound {
+			add(RuleRecovery, "after the last fault healed (%.3fs), no grant for the last %v of the run", float64(lastHeal)/1e9, gap.Round(time.Millisecond))
+		}
+	}
+	for _, a := range applied {
+		if a.Skipped != "" {
+			continue
+		}
+		next := stopT
+		for _, l := range ls {
+			if l.granted > a.End {
+				next = l.granted
+				break
+			}
+		}
+		v.WorstRecovery = max(v.WorstRecovery, time.Duration(next-a.End))
+	}
+	if tg.repairs {
+		for _, l := range ls {
+			if l.lost > 0 && !touches(degraded, l.worker, l.granted, l.lost) {
+				add(RuleLeaseKept, "%v was lost though its holder was neither paused nor cut off, and the servers' faults stayed within the tolerance", l)
+			}
+		}
+	}
+	// (e) loss notice: a lease superseded by another holder's grant must
+	// report its end (Done) before it where the backend claims so
+	// (etcd's lease, ZooKeeper's session), within TTL + one renewal
+	// interval otherwise; a paused holder from its resume.
+	strict := tg.Guarantees.Backend == "etcd" || tg.Guarantees.Backend == "zookeeper"
+	allow := lossNoticeSlack
+	if !strict {
+		allow += tg.TTL + tg.Renew
+	}
+	for _, a := range ls {
+		for _, b := range ls {
+			if b.worker == a.worker || b.granted <= a.granted || b.granted >= a.doneUntil {
+				continue
+			}
+			ref := b.granted
+			if w, ok := inWindow(paused, a.worker, b.granted); ok {
+				ref = w.end
+			}
+			d := time.Duration(a.doneUntil - ref)
+			v.WorstLossNotice = max(v.WorstLossNotice, d)
+			if d > allow {
+				add(RuleLossNotice, "%v still open %v after %v was granted (allowed %v)", a, d.Round(time.Millisecond), b, allow)
+			}
+			break // the first superseding grant is the one that counts
+		}
+	}
+	return v
+}

@@ -1,0 +1,215 @@
+package faults
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Kind is a fault kind of the randomized schedule.
+type Kind string
+
+// The fault kinds the generator mixes.
+const (
+	KPauseHolder Kind = "pause-holder"     // SIGSTOP the current holder for longer than the TTL
+	KPauseServer Kind = "pause-server"     // SIGSTOP one server (and its children)
+	KKillRestart Kind = "kill-restart"     // SIGKILL one server, restart it on its data dir
+	KBlackhole   Kind = "blackhole-holder" // drop all bytes on the current holder's links
+	KDelayLink   Kind = "delay-link"       // latency on one worker's link to one server (one connection slow, others not)
+	KClockJump   Kind = "clock-jump"       // Redlock: the holder's key expires early on one node (DEL)
+	KDropReplies Kind = "drop-replies"     // one worker's replies dropped (requests still land): lost acquire replies
+)
+
+// AllKinds lists every kind the generator knows.
+var AllKinds = []Kind{KPauseHolder, KPauseServer, KKillRestart, KBlackhole, KDelayLink, KClockJump, KDropReplies}
+
+// Mode of a randomized run.
+type Mode string
+
+const (
+	// Within keeps the schedule inside what the backend declares it
+	// tolerates (Guarantees: FailuresTolerated, RestartLosesLocks,
+	// ClockDependent) and its TTL assumptions: every rule (a)–(e) is claimed.
+	Within Mode = "within"
+	// Beyond exceeds the declared tolerance on purpose (servers of a single
+	// node paused and killed, majorities lost, restarts that lose locks,
+	// clock jumps): only "the guard still rejects stale writes" — rule (c),
+	// and the token order (b) — is claimed; the rest is counted.
+	Beyond Mode = "beyond"
+)
+
+// Step is one fault of a schedule.
+type Step struct {
+	At   time.Duration // from the start of the run
+	Kind Kind
+	// Target is the server index (server faults), the worker (delay-link),
+	// or -1: the current holder, found when the step runs.
+	Target int
+	Server int           // delay-link: the server whose link is slowed
+	Dur    time.Duration // how long the fault lasts (down time for kill-restart)
+	Param  time.Duration // delay-link: the latency each way
+}
+
+func (s Step) String() string {
+	tgt := "holder"
+	if s.Target >= 0 {
+		tgt = fmt.Sprintf("server %d", s.Target)
+		if s.Kind == KDropReplies {
+			tgt = fmt.Sprintf("worker %d (replies)", s.Target)
+		}
+		if s.Kind == KDelayLink {
+			tgt = fmt.Sprintf("worker %d→server %d, %v each way", s.Target, s.Server, s.Param)
+		}
+	}
+	return fmt.Sprintf("%6.2fs %-16s %-28s for %v", s.At.Seconds(), s.Kind, tgt, s.Dur.Round(time.Millisecond))
+}
+
+// Schedule is a seeded list of overlapping faults. The same seed, target
+// shape and options give the same schedule.
+type Schedule struct {
+	Seed  uint64
+	Mode  Mode
+	Steps []Step
+}
+
+func (s Schedule) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "schedule seed=%d mode=%s, %d faults:\n", s.Seed, s.Mode, len(s.Steps))
+	for _, st := range s.Steps {
+		b.WriteString("  " + st.String() + "\n")
+	}
+	return b.String()
+}
+
+// End is when the last fault of the schedule is over (by its nominal
+// duration; a restart takes longer).
+func (s Schedule) End() time.Duration {
+	var e time.Duration
+	for _, st := range s.Steps {
+		e = max(e, st.At+st.Dur)
+	}
+	return e
+}
+
+// GenOptions shape a schedule.
+type GenOptions struct {
+	Span  time.Duration // faults start within [Warmup, Span)
+	Kinds []Kind        // allowed kinds; nil: all that apply
+	// MeanGap is the mean time between fault starts (exponential): faults
+	// longer than the gap overlap.
+	MeanGap time.Duration
+	Warmup  time.Duration
+}
+
+// restartCost is the time a kill-restart keeps a server from serving,
+// estimated generously for the tolerance bookkeeping, beyond its down time.
+func restartCost(tg *Target) time.Duration {
+	if tg.Cluster != nil {
+		return 8 * time.Second
+	}
+	return 2 * time.Second
+}
+
+// applicable reports whether kind k can run on tg in mode m.
+func applicable(k Kind, tg *Target, m Mode) bool {
+	g := tg.Guarantees
+	single := len(tg.Servers) == 1
+	switch k {
+	case KPauseHolder:
+		return true
+	case KBlackhole, KDelayLink, KDropReplies:
+		return tg.proxyable
+	case KPauseServer:
+		// Within: a minority of a cluster; never a single server.
+		return m == Beyond || (g.FailuresTolerated > 0 && !single)
+	case KKillRestart:
+		// Within: only where a restart keeps locks, or where a refresh
+		// takes them back (Redlock's repair), a minority at a time.
+		if m == Beyond {
+			return true
+		}
+		return g.FailuresTolerated > 0 && !single && (!g.RestartLosesLocks || tg.repairs)
+	case KClockJump:
+		return m == Beyond && tg.Redlock
+	}
+	return false
+}
+
+// Generate draws a schedule for tg from seed.
+func Generate(seed uint64, tg *Target, m Mode, o GenOptions) Schedule {
+	rng := rand.New(rand.NewPCG(seed, 0x6661756c7473)) // "faults"
+	if o.MeanGap <= 0 {
+		o.MeanGap = 700 * time.Millisecond
+	}
+	var kinds []Kind
+	for _, k := range AllKinds {
+		if (o.Kinds == nil || slices.Contains(o.Kinds, k)) && applicable(k, tg, m) {
+			kinds = append(kinds, k)
+		}
+	}
+	sc := Schedule{Seed: seed, Mode: m}
+	if len(kinds) == 0 {
+		return sc
+	}
+	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
+	// Server fault windows (start, end incl. recovery), for the tolerance.
+	type win struct {
+		server     int
+		start, end time.Duration
+	}
+	var wins []win
+	tol := tg.Guarantees.FailuresTolerated
+	n := len(tg.Servers)
+	for at := o.Warmup; ; {
+		at += time.Duration(rng.ExpFloat64() * float64(o.MeanGap))
+		if at >= o.Span {
+			break
+		}
+		k := kinds[rng.IntN(len(kinds))]
+		st := Step{At: at, Kind: k, Target: -1}
+		switch k {
+		case KPauseHolder:
+			// Longer than the TTL (renewal included), up to three TTLs.
+			st.Dur = between(tg.TTL+tg.TTL/2, 3*tg.TTL)
+		case KBlackhole:
+			st.Dur = between(tg.TTL/2, 3*tg.TTL)
+		case KDelayLink:
+			st.Target, st.Server = rng.IntN(cellWorkers), rng.IntN(n)
+			st.Dur = between(500*time.Millisecond, 3*time.Second)
+			st.Param = between(20*time.Millisecond, 400*time.Millisecond)
+		case KClockJump:
+			st.Target = rng.IntN(n)
+		case KDropReplies:
+			st.Target = rng.IntN(cellWorkers)
+			st.Dur = between(200*time.Millisecond, time.Second)
+		case KPauseServer, KKillRestart:
+			st.Target = rng.IntN(n)
+			if k == KPauseServer {
+				st.Dur = between(300*time.Millisecond, 3*time.Second)
+			} else {
+				st.Dur = between(100*time.Millisecond, time.Second)
+			}
+			end := at + st.Dur + tg.TTL // the repair needs a renewal or two after
+			if k == KKillRestart {
+				end += restartCost(tg)
+			}
+			busy := map[int]bool{}
+			for _, w := range wins {
+				if w.start < end && at < w.end {
+					busy[w.server] = true
+				}
+			}
+			if busy[st.Target] {
+				continue // that server is already faulty then
+			}
+			if m == Within && len(busy)+1 > tol {
+				continue // beyond the declared tolerance
+			}
+			wins = append(wins, win{st.Target, at, end})
+		}
+		sc.Steps = append(sc.Steps, st)
+	}
+	return sc
+}
