@@ -112,9 +112,36 @@ func (l *locker) enter() error {
 
 // bind derives a context that also ends when the Locker closes.
 func (l *locker) bind(ctx context.Context) (context.Context, func()) {
+	if ctx.Done() == nil {
+		// ctx never ends (Background, WithoutCancel…): the Locker's life
+		// alone bounds the call, with ctx's values.
+		return lifeWithValues{life: l.life, values: ctx}, func() {}
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(l.life, func() { cancel(ErrClosed) })
 	return ctx, func() { stop(); cancel(nil) }
+}
+
+// lifeWithValues ends with life (Done, Err, Cause) and carries the values of
+// a caller's context that never ends, one allocation instead of a cancel
+// context and an AfterFunc per call.
+type lifeWithValues struct {
+	life   context.Context
+	values context.Context
+}
+
+func (c lifeWithValues) Deadline() (time.Time, bool) { return c.life.Deadline() }
+func (c lifeWithValues) Done() <-chan struct{}       { return c.life.Done() }
+func (c lifeWithValues) Err() error                  { return c.life.Err() }
+
+// Value asks life first: it holds no values of its own, only the context
+// package's cancellation key, through which contexts derived from this one
+// (and context.Cause) find life's cancellation without a goroutine.
+func (c lifeWithValues) Value(key any) any {
+	if v := c.life.Value(key); v != nil {
+		return v
+	}
+	return c.values.Value(key)
 }
 
 func (l *locker) acquire(ctx context.Context, key string, opts []Option, wait, renew bool) (*Lease, error) {

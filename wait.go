@@ -101,24 +101,15 @@ const abandonFirstRetry = 50 * time.Millisecond
 // remaining TTL) or a jittered exponential back-off, and try again. Each
 // attempt gets a new owner value in req; on success req holds the winner's.
 func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settings) (driver.Grant, time.Time, error) {
+	// Release notices are subscribed to only once an attempt finds the key
+	// held: a free key costs one round trip and no subscription.
 	var sub driver.Subscription
-	if l.mode == driver.WaitNotify {
-		s, err := l.b.Subscribe(ctx, req.Key)
-		switch {
-		case err == nil:
-			sub = s
-			// sub may be dropped (set to nil, after closing it) below.
-			defer func() {
-				if sub != nil {
-					_ = sub.Close()
-				}
-			}()
-		case ctx.Err() != nil:
-			return driver.Grant{}, time.Time{}, err
-		default:
-			l.log(slog.LevelWarn, "subscribe failed; polling instead", req.Key, err)
+	subscribed := l.mode != driver.WaitNotify // tried, or nothing to try
+	defer func() {
+		if sub != nil {
+			_ = sub.Close()
 		}
-	}
+	}()
 	var unreachable error // the last transient failure, for the caller if ctx ends
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 && !mutation.On("owner-reuse") { // mutation: owner-reuse
@@ -146,6 +137,21 @@ func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settin
 			return g, start, err
 		}
 		l.observe(ctx, Event{Kind: EventContended, Key: req.Key})
+		if !subscribed {
+			subscribed = true
+			s, err := l.b.Subscribe(ctx, req.Key)
+			switch {
+			case err == nil:
+				// Try once more before waiting: the key may have been
+				// released before the subscription began.
+				sub = s
+				continue
+			case ctx.Err() != nil:
+				return driver.Grant{}, time.Time{}, err
+			default:
+				l.log(slog.LevelWarn, "subscribe failed; polling instead", req.Key, err)
+			}
+		}
 		var remaining time.Duration
 		var held *HeldError
 		if errors.As(err, &held) {

@@ -35,10 +35,13 @@ type Backend interface {
 
 	// Subscribe starts a stream of release notices for key; backends whose
 	// Guarantees().Wait is not WaitNotify return ErrUnsupported (embed
-	// [NoNotice]). The portable layer subscribes before its first attempt,
-	// so a release between a failed attempt and the wait is not missed, and
-	// still polls, bounded by the holder's remaining TTL, in case a notice
-	// is lost.
+	// [NoNotice]). The subscription must see every release from the
+	// moment Subscribe returns (or have its first Wait return at once, as
+	// the Redis notifier does, once it is sure to). The portable layer
+	// subscribes when an attempt finds the key held, then tries once more
+	// before it waits, so a release in between is not missed; it still
+	// polls, bounded by the holder's remaining TTL, in case a notice is
+	// lost.
 	Subscribe(ctx context.Context, key string) (Subscription, error)
 
 	// Refresh extends the grant's lock to ttl from now and returns the

@@ -33,9 +33,33 @@ func (k Keys) GoneFor(owner string) string { return k.Gone + ":" + owner }
 // The prefix must not contain braces (the backends' WithKeyPrefix enforce
 // it).
 func KeysFor(prefix, key string) Keys {
-	base := prefix + "{" + escapeTag(key) + "}"
-	return Keys{Lock: base, Counter: base + ":token", Channel: base + ":released", Gone: base + ":gone", Retake: base + ":retake"}
+	// One string holds every name; each field is a slice of it (every call
+	// makes a Keys, so one allocation instead of five).
+	tag := escapeTag(key)
+	n := len(prefix) + len(tag) + 2
+	var b strings.Builder
+	b.Grow(4*n + len(keySuffixes))
+	for _, suffix := range []string{":token", ":released", ":gone", ":retake"} {
+		b.WriteString(prefix)
+		b.WriteByte('{')
+		b.WriteString(tag)
+		b.WriteByte('}')
+		b.WriteString(suffix)
+	}
+	s := b.String()
+	counterEnd := n + len(":token")
+	channelEnd := counterEnd + n + len(":released")
+	goneEnd := channelEnd + n + len(":gone")
+	return Keys{
+		Lock:    s[:n],
+		Counter: s[:counterEnd],
+		Channel: s[counterEnd:channelEnd],
+		Gone:    s[channelEnd:goneEnd],
+		Retake:  s[goneEnd:],
+	}
 }
+
+const keySuffixes = ":token:released:gone:retake"
 
 func escapeTag(key string) string {
 	if !strings.ContainsAny(key, "%}") {
