@@ -59,3 +59,18 @@ report-screenshot: setup
 	$(GO) run ./cmd/distlock compare --duration 500ms --repeat 3 --html reports/compare.html
 	cd cmd && REPORT_HTML=$(CURDIR)/reports/compare.html REPORT_PNG=$(CURDIR)/docs/compare.png \
 		REPORT_PNG_HEIGHT=$(REPORT_PNG_HEIGHT) $(GO) test ./distlock -run '^TestReportInChromium$$' -count=1 -v
+
+# The fault harness's mutation checks (#14): each known bug put back behind
+# internal/mutation (a worker built with -tags distlock_mutations), and the
+# randomized harness must catch it; -mutations.control reruns each seed
+# without the mutation, which must run clean. About 5-8 minutes.
+.PHONY: mutations soak
+mutations: setup
+	FAULTS_MUTATIONS=1 $(GO) test ./cmd/internal/faults -run '^TestMutations$$' -mutations.control -count=1 -v -timeout 30m
+
+# The randomized fault schedule on every backend for SOAK_DURATION (not in
+# CI); rows (guarded ops, faults by kind, violations by rule, worst
+# loss-notice delay, worst recovery) go to SOAK_JSON (reports/soak.json).
+SOAK_DURATION ?= 30m
+soak: setup
+	SOAK_DURATION=$(SOAK_DURATION) $(GO) test ./cmd/internal/faults -run '^TestSoak$$' -count=1 -v -timeout 0

@@ -27,7 +27,8 @@ func Command(path string) string {
 // Header describes the run that produced the rows.
 type Header struct {
 	Version int `json:"version"`
-	// Matrix is "short" (the CI matrix) or "long" (-faults.long).
+	// Matrix is "short" (the CI matrix), "long" (-faults.long) or "soak"
+	// (make soak: randomized schedules, see Row's Seeds…WorstRecoveryMs).
 	Matrix string    `json:"matrix"`
 	Date   time.Time `json:"date"` // when the run started
 	// Duration is the run's wall time, as text and in seconds.
@@ -102,6 +103,23 @@ type Row struct {
 	Broken            string `json:"broken,omitempty"` // a violation the fault itself saw
 	// Failed is true when an assertion on this cell failed.
 	Failed bool `json:"failed"`
+
+	// Randomized runs (Matrix "soak"; Fault is "random", Mode "within" or
+	// "beyond" the declared tolerance). Absent from matrix files.
+	// Seeds are the schedules' seeds, each reproducible with -random.seed.
+	Seeds []uint64 `json:"seeds,omitempty"`
+	// FaultsByKind counts the faults injected, by kind.
+	FaultsByKind map[string]int `json:"faults_by_kind,omitempty"`
+	// Violations counts, by rule, the breaks of rules the mode claims
+	// (within: a–e; beyond: c and b); Counted every rule's breaks, claimed
+	// or not (beyond: the lost-liveness cases).
+	Violations map[string]int `json:"violations,omitempty"`
+	Counted    map[string]int `json:"counted,omitempty"`
+	// WorstLossNoticeMs is the longest a superseded lease's Done stayed open
+	// after another holder's grant (from its resume if it was paused);
+	// WorstRecoveryMs the longest from a fault's end to the next grant.
+	WorstLossNoticeMs *float64 `json:"worst_loss_notice_ms,omitempty"`
+	WorstRecoveryMs   *float64 `json:"worst_recovery_ms,omitempty"`
 }
 
 // Ms converts d to milliseconds, or nil when d is negative ("not seen").
@@ -141,8 +159,8 @@ func Read(path string) (*File, error) {
 	switch {
 	case f.Version != Version:
 		return nil, fmt.Errorf("%s: %w: version %d, want %d", path, ErrFormat, f.Version, Version)
-	case f.Matrix != "short" && f.Matrix != "long":
-		return nil, fmt.Errorf("%s: %w: matrix %q, want short or long", path, ErrFormat, f.Matrix)
+	case f.Matrix != "short" && f.Matrix != "long" && f.Matrix != "soak":
+		return nil, fmt.Errorf("%s: %w: matrix %q, want short, long or soak", path, ErrFormat, f.Matrix)
 	}
 	for i, r := range f.Rows {
 		if r.Backend == "" || r.Fault == "" || r.Mode == "" {
