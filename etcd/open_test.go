@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/internal/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -160,7 +160,10 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	if _, err := cli.Get(ctx, "warm-up"); err != nil {
 		t.Fatal(err)
 	}
-	base := runtime.NumGoroutine()
+	// The library's goroutines, and the etcd client's that the backend
+	// starts (watches, keep-alives); not gRPC's own connection goroutines.
+	ours := []string{"github.com/distlock/distlock", "go.etcd.io/etcd/client/v3"}
+	base, _ := testutil.Goroutines(ours...)
 	l, err := New(cli)
 	if err != nil {
 		t.Fatal(err)
@@ -180,12 +183,5 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines after Close, %d before New:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.CheckNoGoroutines(t, base, ours...)
 }
