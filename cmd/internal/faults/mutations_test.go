@@ -32,6 +32,7 @@ type mutationCase struct {
 	span   time.Duration
 	settle time.Duration
 	gap    time.Duration
+	think  time.Duration // how long a holder sits on its lease (twice, at most); 0: the default
 	why    string
 }
 
@@ -54,22 +55,23 @@ func mutationCases() []mutationCase {
 			expect: []string{RuleStale, RuleLost, RuleLinear}, span: 6 * time.Second, settle: 3 * time.Second, gap: time.Second,
 			why: "a paused holder resumes after its lease passed to another and writes: the guard no longer refuses it"},
 		{name: "token-restart", mutation: "token-restart", backend: "redis", mode: Beyond, kinds: []Kind{KKillRestart}, seed: 7,
-			expect: []string{RuleTokenOrder, RuleLegit}, span: 4 * time.Second, settle: 3 * time.Second, gap: time.Second,
+			expect: []string{RuleTokenOrder, RuleLegit}, span: 4 * time.Second, settle: 3 * time.Second, gap: 700 * time.Millisecond,
 			why: "Redis without persistence restarts with no counter: tokens start at 1 again, below the last holder's"},
 		{name: "equal-token-accepted", mutation: "token-restart,equal-token-accepted", backend: "redis", mode: Beyond, kinds: []Kind{KKillRestart}, seed: 7,
 			expect: []string{RuleStale}, span: 2 * time.Second, settle: 12 * time.Second, gap: 700 * time.Millisecond,
 			why: "with tokens restarting at 1, a new holder reaches the token the fence already holds from another holder: the guard must refuse the equal token"},
 		{name: "no-giveback", mutation: "no-giveback", backend: "redis", mode: Within, kinds: []Kind{KDropReplies}, seed: 7,
-			expect: []string{RuleRecovery}, target: redisAmbiguous, span: 6 * time.Second, settle: 10 * time.Second, gap: 1500 * time.Millisecond,
+			expect: []string{RuleRecovery}, target: redisAmbiguous, span: 6 * time.Second, settle: 10 * time.Second, gap: 400 * time.Millisecond,
 			why: "an acquire whose reply is lost took the lock for nobody: without the give-back the key is stranded for a whole TTL (8 s here)"},
 		{name: "owner-reuse", mutation: "owner-reuse", backend: "redis", mode: Within, kinds: []Kind{KDropReplies}, seed: 7,
-			expect: []string{RuleMutex, RuleLegit, RuleLossNotice, RuleRecovery}, target: redisAmbiguous, span: 8 * time.Second, settle: 10 * time.Second, gap: 800 * time.Millisecond,
+			expect: []string{RuleMutex, RuleLegit, RuleLossNotice, RuleRecovery}, target: redisAmbiguous, span: 6 * time.Second, settle: 10 * time.Second, gap: 400 * time.Millisecond,
 			why: "a later attempt reuses the owner of an abandoned one, whose late give-back may delete the later attempt's lock"},
 		{name: "zk-requested-timeout", mutation: "zk-requested-timeout", backend: "zookeeper-clamped", mode: Within, kinds: []Kind{KBlackhole}, seed: 7,
+			target: func(tg *Target) *Target { c := *tg; c.TTL = 4 * zkSession; return &c }, // the lease's own clock no longer ends it first
 			expect: []string{RuleLossNotice, RuleMutex}, span: 8 * time.Second, settle: 4 * time.Second, gap: 1500 * time.Millisecond,
 			why: "the server grants 1.5 s of the 6 s asked for and expires the cut-off holder's session on it; a grace from the asked timeout reports the loss after the next holder is granted"},
 		{name: "redlock-no-repair", mutation: "redlock-no-repair", backend: "redlock", mode: Within, kinds: []Kind{KKillRestart}, seed: 7,
-			expect: []string{RuleLeaseKept}, span: 14 * time.Second, settle: 3 * time.Second, gap: 1500 * time.Millisecond,
+			expect: []string{RuleLeaseKept}, span: 14 * time.Second, settle: 3 * time.Second, gap: 1200 * time.Millisecond, think: 3 * time.Second,
 			why: "rolling restarts of one Redlock node at a time (within the tolerance): without the retake a healthy holder's lease shrinks below a majority and is lost"},
 	}
 }
@@ -95,17 +97,18 @@ func TestMutations(t *testing.T) {
 		specs[b.Name] = b
 	}
 	targets := map[string]*Target{}
+	outer := t
 	for _, mc := range mutationCases() {
 		t.Run(mc.name, func(t *testing.T) {
 			tg := targets[mc.backend]
 			if tg == nil {
-				tg = specs[mc.backend].Start(t)
+				tg = specs[mc.backend].Start(outer) // shared by the subtests: outlives this one
 				targets[mc.backend] = tg
 			}
 			if mc.target != nil {
 				tg = mc.target(tg)
 			}
-			cfg := RandomConfig{Mode: mc.mode, Seed: mc.seed, Mutation: mc.mutation, Settle: mc.settle,
+			cfg := RandomConfig{Mode: mc.mode, Seed: mc.seed, Mutation: mc.mutation, Settle: mc.settle, Think: mc.think,
 				Gen: GenOptions{Warmup: 500 * time.Millisecond, Span: mc.span, Kinds: mc.kinds, MeanGap: mc.gap}}
 			row := RunRandom(t, sh, tg, cfg)
 			t.Log(row)

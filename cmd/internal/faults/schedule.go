@@ -183,7 +183,7 @@ func Generate(seed uint64, tg *Target, m Mode, o GenOptions) Schedule {
 			st.Target = rng.IntN(n)
 		case KDropReplies:
 			st.Target = rng.IntN(cellWorkers)
-			st.Dur = between(200*time.Millisecond, time.Second)
+			st.Dur = between(500*time.Millisecond, 3*time.Second) // beyond go-redis's own retries
 		case KPauseServer, KKillRestart:
 			st.Target = rng.IntN(n)
 			if k == KPauseServer {
