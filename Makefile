@@ -73,7 +73,7 @@ mutations: setup
 # loss-notice delay, worst recovery) go to SOAK_JSON (reports/soak.json).
 SOAK_DURATION ?= 30m
 soak: setup
-	SOAK_DURATION=$(SOAK_DURATION) $(GO) test ./cmd/internal/faults -run '^TestSoak$$' -count=1 -v -timeout 0
+	SOAK_DURATION=$(SOAK_DURATION) $(GO) test ./cmd/internal/faults -run '^TestSoak$$' -parallel 8 -count=1 -v -timeout 0
 
 # The peer benchmark (#15), not part of CI: each backend against the library
 # a user would pick instead (redis vs bsm/redislock, redlock vs
