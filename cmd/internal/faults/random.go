@@ -53,6 +53,7 @@ type RandomRow struct {
 	verdict
 }
 
+// String is the row as the test log prints it.
 func (r RandomRow) String() string {
 	var kinds []string
 	for k, n := range r.Faults {

@@ -29,6 +29,7 @@ type Violation struct {
 	Detail string
 }
 
+// String names the rule broken and what broke it.
 func (v Violation) String() string { return v.Rule + ": " + v.Detail }
 
 // leaseRec is one lease as the history shows it.

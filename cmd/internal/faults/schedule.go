@@ -52,6 +52,7 @@ type Step struct {
 	Param  time.Duration // delay-link: the latency each way
 }
 
+// String is one line of a printed schedule.
 func (s Step) String() string {
 	tgt := "holder"
 	if s.Target >= 0 {
@@ -74,6 +75,7 @@ type Schedule struct {
 	Steps []Step
 }
 
+// String prints the schedule, one step per line, for reproducing a run.
 func (s Schedule) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "schedule seed=%d mode=%s, %d faults:\n", s.Seed, s.Mode, len(s.Steps))
