@@ -31,14 +31,20 @@ type Lease struct {
 	// renewing even if the release fails, so the key frees at its TTL.
 	released atomic.Bool
 
+	// renewing leases are refreshed by the Locker's renewer, which keeps
+	// renewAt and renewIdx under its own lock.
+	renewing bool
+	renewAt  time.Time
+	renewIdx int // in the renewer's queue; -1 when not queued
+
 	mu       sync.Mutex
 	ttl      time.Duration
 	deadline time.Time
 	end      error
 	onEnd    []func()
 	done     chan struct{}
-	kick     chan struct{} // the deadline moved; the keeper re-arms its timer
-	expiry   *time.Timer   // ends a lease that has no keeper goroutine
+	expiry   *time.Timer // ends the lease at its deadline
+	stopLost func() bool // stops watching Grant.Lost
 }
 
 // Key returns the locked key.
@@ -134,15 +140,30 @@ func (ls *Lease) refresh(ctx context.Context, ttl time.Duration) error {
 		return ls.refreshFailed(ctx, err)
 	}
 	defer ls.unlockCall()
+	start, err := ls.refreshStart()
+	if err != nil {
+		return err
+	}
+	validity, err := ls.l.b.Refresh(ctx, ls.grant, ttl)
+	return ls.refreshDone(ctx, start, ttl, validity, err)
+}
+
+// refreshStart checks, holding the call semaphore, that a refresh may
+// still be sent, and returns when it starts.
+func (ls *Lease) refreshStart() (time.Time, error) {
 	if end := ls.Err(); end != nil {
-		return notHeld(ls.Key(), end)
+		return time.Time{}, notHeld(ls.Key(), end)
 	}
 	start := now()
 	if !start.Before(ls.Expires()) {
 		// Too late: another holder may already have the key.
-		return notHeld(ls.Key(), ls.lost("its validity ran out before the refresh"))
+		return start, notHeld(ls.Key(), ls.lost("its validity ran out before the refresh"))
 	}
-	validity, err := ls.l.b.Refresh(ctx, ls.grant, ttl)
+	return start, nil
+}
+
+// refreshDone applies the outcome of a refresh to ttl started at start.
+func (ls *Lease) refreshDone(ctx context.Context, start time.Time, ttl, validity time.Duration, err error) error {
 	if err != nil {
 		if errors.Is(err, ErrNotHeld) {
 			return notHeld(ls.Key(), ls.lostOnServer("the server no longer has it as ours: "+err.Error()))
@@ -185,16 +206,14 @@ func (ls *Lease) mayHaveShortened(start time.Time, ttl time.Duration) {
 	ls.mu.Unlock()
 }
 
-// moveDeadlineLocked sets the deadline and re-arms whatever ends the lease
-// at it (the timer, or the keeper, kicked); ls.mu must be held.
+// moveDeadlineLocked sets the deadline and re-arms the timer that ends the
+// lease at it; a renewing lease is renewed no later than its (maybe
+// shortened) schedule now asks. ls.mu must be held.
 func (ls *Lease) moveDeadlineLocked(d time.Time) {
 	ls.deadline = d
-	if ls.expiry != nil {
-		ls.expiry.Reset(time.Until(d))
-	}
-	select {
-	case ls.kick <- struct{}{}:
-	default:
+	ls.expiry.Reset(time.Until(d))
+	if ls.renewing {
+		ls.l.renewer.pullIn(ls, max(min(renewEvery(&ls.o, ls.ttl), time.Until(d)/2), time.Millisecond))
 	}
 }
 
@@ -222,6 +241,16 @@ func (ls *Lease) lockCall(ctx context.Context) error {
 }
 
 func (ls *Lease) unlockCall() { <-ls.call }
+
+// tryLockCall takes the call semaphore if it is free.
+func (ls *Lease) tryLockCall() bool {
+	select {
+	case ls.call <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
 
 // Release gives the lock up, only if it is still ours on the server. It
 // returns an error matching ErrNotHeld if the lease had already ended (and
@@ -299,7 +328,7 @@ func (ls *Lease) closeOut(ctx context.Context) {
 	ls.finish(fmt.Errorf("%w: lease on %q ended by Close", ErrClosed, ls.Key()))
 }
 
-// expired is the timer of a lease without a keeper goroutine.
+// expired is the timer that ends the lease at its deadline.
 func (ls *Lease) expired() {
 	ls.mu.Lock()
 	if ls.end != nil {
@@ -369,8 +398,9 @@ func (ls *Lease) finish(end error) bool {
 		return false
 	}
 	ls.end = end
-	if ls.expiry != nil {
-		ls.expiry.Stop()
+	ls.expiry.Stop()
+	if ls.stopLost != nil {
+		ls.stopLost()
 	}
 	fns := ls.onEnd
 	ls.onEnd = nil
@@ -410,61 +440,4 @@ func (ls *Lease) afterEnd(f func()) {
 // shorter than the interval (Redlock, a late grant) is still renewed.
 func (ls *Lease) nextRenew() time.Duration {
 	return max(min(renewEvery(&ls.o, ls.TTL()), time.Until(ls.Expires())/2), time.Millisecond)
-}
-
-// keep is the lease's one background goroutine. It ends the lease when the
-// local deadline passes or the backend reports the lock gone, and, when
-// renewing, refreshes every interval — sooner after a failed refresh, so a
-// transient error does not cost the lease.
-func (ls *Lease) keep(renew bool) {
-	defer ls.l.wg.Done()
-	expiry := time.NewTimer(time.Until(ls.Expires()))
-	defer expiry.Stop()
-	var renewC <-chan time.Time
-	var renewT *time.Timer
-	if renew {
-		renewT = time.NewTimer(ls.nextRenew())
-		defer renewT.Stop()
-		renewC = renewT.C
-	}
-	for {
-		select {
-		case <-ls.done:
-			return
-		case <-ls.grant.Lost:
-			ls.lost("the backend reported it gone (session or lease ended)")
-			return
-		case <-ls.kick:
-			expiry.Reset(time.Until(ls.Expires()))
-			if renewC != nil {
-				// A refresh may have shortened the TTL: renew on the new
-				// schedule, not the old one that would miss the deadline.
-				renewT.Reset(ls.nextRenew())
-			}
-		case <-expiry.C:
-			if left := time.Until(ls.Expires()); left > 0 {
-				expiry.Reset(left)
-				continue
-			}
-			ls.lost("its validity ran out without a successful refresh")
-			return
-		case <-renewC:
-			if ls.released.Load() {
-				renewC = nil // Release was asked for: let the deadline end it
-				continue
-			}
-			ctx, cancel := context.WithDeadline(ls.l.life, ls.Expires())
-			err := ls.refresh(ctx, ls.TTL())
-			cancel()
-			if ls.Err() != nil {
-				return
-			}
-			next := ls.nextRenew()
-			if err != nil {
-				ls.l.log(slog.LevelWarn, "refresh failed; retrying", ls.Key(), err)
-				next = min(next/4+jitter(next/4), max(time.Until(ls.Expires())/2, time.Millisecond))
-			}
-			renewT.Reset(next)
-		}
-	}
 }

@@ -47,6 +47,7 @@ type locker struct {
 	stop context.CancelCauseFunc
 
 	abandoning atomic.Int32 // give-backs of abandoned attempts under way
+	renewer    *renewer     // started with the first renewing lease
 
 	mu     sync.Mutex
 	closed bool
@@ -255,8 +256,9 @@ func (l *locker) newLease(req driver.Request, g driver.Grant, start time.Time, o
 		l: l, grant: g, o: *o, ttl: req.TTL, acquired: start, holder: holderID(req.Owner),
 		deadline: start.Add(validity - o.Drift(req.TTL)),
 		done:     make(chan struct{}),
-		kick:     make(chan struct{}, 1),
 		call:     make(chan struct{}, 1),
+		renewing: renew,
+		renewIdx: -1,
 	}
 	giveBack := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), o.ReleaseTimeout)
@@ -276,18 +278,26 @@ func (l *locker) newLease(req driver.Request, g driver.Grant, start time.Time, o
 		return nil, fmt.Errorf("%w: acquiring %q", ErrClosed, req.Key)
 	}
 	l.leases[ls] = struct{}{}
-	if renew || g.Lost != nil {
+	if renew && l.renewer == nil {
+		l.renewer = newRenewer(l)
 		l.wg.Add(1)
-		l.mu.Unlock()
-		go ls.keep(renew)
-		return ls, nil
+		go l.renewer.run()
 	}
-	// Nothing to renew or watch: a timer ends the lease at its deadline,
-	// sparing the goroutine (and its wake-ups) on the hot path.
+	// No goroutine per lease: a timer ends it at its deadline, the
+	// backend's loss notice ends it through AfterFunc, and the Locker's
+	// renewer refreshes it.
 	ls.mu.Lock() // the timer may fire before AfterFunc returns
 	ls.expiry = time.AfterFunc(time.Until(ls.deadline), ls.expired)
+	if g.Lost != nil {
+		ls.stopLost = context.AfterFunc(g.Lost, func() {
+			ls.lost("the backend reported it gone (session or lease ended)")
+		})
+	}
 	ls.mu.Unlock()
 	l.mu.Unlock()
+	if renew {
+		l.renewer.schedule(ls, ls.nextRenew())
+	}
 	return ls, nil
 }
 

@@ -110,9 +110,13 @@ type Grant struct {
 	// round trip that confirmed ownership. Queueing backends set it, since
 	// their call may have waited far longer than a TTL.
 	Start time.Time
-	// Lost, if not nil, is closed when the backend learns the lock is gone
-	// (session expired, lease revoked) before the portable layer asks.
-	Lost <-chan struct{}
+	// Lost, if not nil, is done when the backend learns the lock is gone
+	// (session expired, lease revoked) before the portable layer asks. A
+	// context rather than a channel so that the portable layer can watch
+	// any number of leases without a goroutine each (context.AfterFunc);
+	// make it with context.WithCancel, and share one among the locks of a
+	// session.
+	Lost context.Context
 	// Handle is the backend's own state for this lock (a znode path, a
 	// lease ID…). If it has an As(any) bool method, Lease.As reaches it.
 	Handle any
@@ -138,4 +142,22 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// BatchRefresher is an optional interface of a Backend that can refresh
+// many grants in one round trip (a pipeline): the portable layer renews the
+// leases that fall due together with one call. Each Refresh in batch gets
+// the outcome Backend.Refresh would have given it, in Validity or Err; a
+// returned error fails the whole batch (nothing is known of any of them).
+// Return ErrUnsupported to have the grants refreshed one by one.
+type BatchRefresher interface {
+	RefreshBatch(ctx context.Context, batch []Refresh) error
+}
+
+// Refresh is one grant of a RefreshBatch call.
+type Refresh struct {
+	Grant    Grant
+	TTL      time.Duration
+	Validity time.Duration // set by the backend, as Refresh returns it
+	Err      error         // set by the backend, as Refresh returns it
 }

@@ -19,9 +19,9 @@ type handle struct {
 	mu        sync.Mutex
 	lease     *lease
 	state     handleState
-	gone      bool          // the loss watch saw the key deleted
-	lost      chan struct{} // Grant.Lost
-	lostShut  bool
+	gone      bool            // the loss watch saw the key deleted
+	lost      context.Context // Grant.Lost
+	shutLost  context.CancelFunc
 	stopWatch context.CancelFunc
 }
 
@@ -68,7 +68,8 @@ func (h *handle) end() {
 // (or watch event) that confirmed ownership began (arrived), watchFrom a
 // revision at which the key was known to exist.
 func (b *backend) grant(req driver.Request, key string, rev, watchFrom int64, l *lease, start time.Time) driver.Grant {
-	h := &handle{key: key, rev: rev, lease: l, lost: make(chan struct{})}
+	h := &handle{key: key, rev: rev, lease: l}
+	h.lost, h.shutLost = context.WithCancel(context.Background())
 	// Zero would mean "the requested TTL" to the portable layer.
 	validity := max(min(req.TTL, l.left(start)), time.Nanosecond)
 	g := driver.Grant{Token: distlock.Token(rev), Validity: validity, Start: start, Handle: h}

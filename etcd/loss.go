@@ -13,14 +13,6 @@ import (
 // deletion in that time is reported once it is.
 const lossWatchDelay = 100 * time.Millisecond
 
-// shutLost closes Grant.Lost once; h.mu must be held.
-func (h *handle) shutLost() {
-	if !h.lostShut {
-		h.lostShut = true
-		close(h.lost)
-	}
-}
-
 // markGone is the loss watch's report that the key was deleted.
 func (h *handle) markGone() {
 	h.mu.Lock()

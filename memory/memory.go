@@ -36,7 +36,8 @@ type hold struct {
 	token   distlock.Token
 	expires time.Time
 	timer   *time.Timer
-	lost    chan struct{} // closed when the store drops the hold (expiry)
+	lost    context.Context // done when the store drops the hold (expiry)
+	setLost context.CancelFunc
 }
 
 // NewStore returns an empty Store.
@@ -110,7 +111,7 @@ func (s *Store) drop(key string, h *hold, lost bool) {
 	h.timer.Stop()
 	delete(s.locks, key)
 	if lost {
-		close(h.lost)
+		h.setLost()
 	}
 	if ch := s.freed[key]; ch != nil {
 		close(ch)
@@ -154,7 +155,8 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 		return driver.Grant{}, &distlock.HeldError{Key: req.Key, RetryAfter: time.Until(h.expires)}
 	}
 	s.counters[req.Key]++
-	h := &hold{owner: req.Owner, token: s.counters[req.Key], expires: time.Now().Add(req.TTL), lost: make(chan struct{})}
+	h := &hold{owner: req.Owner, token: s.counters[req.Key], expires: time.Now().Add(req.TTL)}
+	h.lost, h.setLost = context.WithCancel(context.Background())
 	key := req.Key
 	h.timer = time.AfterFunc(req.TTL, func() { s.expire(key, h) })
 	s.locks[key] = h

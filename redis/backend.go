@@ -134,6 +134,30 @@ func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration
 	return ttl, nil
 }
 
+// RefreshBatch refreshes many locks in one pipeline (driver.BatchRefresher);
+// with WithWaitReplicas each refresh needs its own WAIT, so it declines.
+func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) error {
+	if b.wait.n > 0 {
+		return driver.ErrUnsupported
+	}
+	locks := make([]redisnode.Refresh, len(batch))
+	for i, r := range batch {
+		locks[i] = redisnode.Refresh{Keys: redisnode.KeysFor(b.prefix, r.Grant.Key), Owner: r.Grant.Owner, TTL: r.TTL}
+	}
+	ok, errs := redisnode.RefreshManyOn(ctx, b.client, locks)
+	for i := range batch {
+		switch {
+		case errs[i] != nil:
+			batch[i].Err = errs[i]
+		case !ok[i]:
+			batch[i].Err = distlock.ErrNotHeld
+		default:
+			batch[i].Validity = batch[i].TTL
+		}
+	}
+	return nil
+}
+
 func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	// An attempt given back because its reply was lost (no Handle) may
 	// still be on its way: leave a tombstone so it cannot land afterwards.

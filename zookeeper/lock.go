@@ -261,7 +261,7 @@ func (b *backend) await(ctx context.Context, conn *zk.Conn, key string, n *node,
 				}
 			case <-ctx.Done():
 				return driver.Grant{}, ctx.Err()
-			case <-n.epoch.lost:
+			case <-n.epoch.lost.Done():
 				return driver.Grant{}, errSessionLost
 			}
 		}

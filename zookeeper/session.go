@@ -17,18 +17,21 @@ import (
 // would be lost at once.
 var errSessionLost = errors.New("zookeeper: session lost (expired, or disconnected past the grace)")
 
-// epoch is one session as the backend sees it. Its lost channel is the
+// epoch is one session as the backend sees it. Its lost context is the
 // Grant.Lost of every lock taken in that session.
 type epoch struct {
-	id      int64 // session id; 0 until known
-	prev    int64 // the expired session this one replaces, if any
-	lost    chan struct{}
+	id      int64           // session id; 0 until known
+	prev    int64           // the expired session this one replaces, if any
+	lost    context.Context // Grant.Lost of its locks
+	endLost context.CancelFunc
 	closed  bool
 	expired bool // closed by the session's end, not by the grace
 }
 
 func newEpoch(id, prev int64) *epoch {
-	return &epoch{id: id, prev: prev, lost: make(chan struct{})}
+	ep := &epoch{id: id, prev: prev}
+	ep.lost, ep.endLost = context.WithCancel(context.Background())
+	return ep
 }
 
 // sessionState maps the session's events to the leases: expiry, a
@@ -209,7 +212,7 @@ func (s *sessionState) end(ep *epoch, maybeAlive bool) {
 		return
 	}
 	ep.closed, ep.expired = true, !maybeAlive
-	close(ep.lost)
+	ep.endLost()
 	for n := range s.held {
 		if n.epoch != ep {
 			continue

@@ -94,6 +94,55 @@ func RefreshOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, tt
 	return n == 1, nil
 }
 
+// Refresh is one lock of RefreshManyOn.
+type Refresh struct {
+	Keys  Keys
+	Owner string
+	TTL   time.Duration
+}
+
+// RefreshManyOn runs the refresh script for every lock in one pipeline:
+// ok[i] reports whether lock i was still ours, errs[i] its own failure. If
+// the server does not have the script (first use, a restart, SCRIPT FLUSH),
+// it is loaded and those locks are sent again: extending twice is harmless.
+func RefreshManyOn(ctx context.Context, c goredis.UniversalClient, locks []Refresh) (ok []bool, errs []error) {
+	ok, errs = make([]bool, len(locks)), make([]error, len(locks))
+	todo := make([]int, len(locks))
+	for i := range todo {
+		todo[i] = i
+	}
+	for round := 0; len(todo) > 0; round++ {
+		cmds := make([]*goredis.Cmd, len(todo))
+		pipe := c.Pipeline()
+		for j, i := range todo {
+			cmds[j] = refreshScript.EvalSha(ctx, pipe, []string{locks[i].Keys.Lock}, locks[i].Owner, millis(locks[i].TTL))
+		}
+		_, _ = pipe.Exec(ctx) // each command carries its own outcome
+		var again []int
+		for j, i := range todo {
+			n, err := cmds[j].Int64()
+			switch {
+			case err != nil && round == 0 && goredis.HasErrorPrefix(err, "NOSCRIPT"):
+				again = append(again, i)
+			case err != nil:
+				errs[i] = fmt.Errorf("refresh script: %w", err)
+			default:
+				ok[i] = n == 1
+			}
+		}
+		if len(again) > 0 {
+			if err := refreshScript.Load(ctx, c).Err(); err != nil {
+				for _, i := range again {
+					errs[i] = fmt.Errorf("refresh script: loading it: %w", err)
+				}
+				break
+			}
+		}
+		todo = again
+	}
+	return ok, errs
+}
+
 // ReleaseOn runs the release script: DEL k.Lock if it still holds owner, and
 // PUBLISH an empty notice on k.Channel. It reports whether the lock was ours.
 // A positive tombstone makes the node refuse, for that long, a late acquire

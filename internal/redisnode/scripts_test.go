@@ -1,6 +1,7 @@
 package redisnode_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -98,5 +99,36 @@ func TestRaiseToken(t *testing.T) {
 	}
 	if n := c.Exists(ctx, k.Lock).Val(); n != 0 {
 		t.Fatal("a failed acquire left its lock behind")
+	}
+}
+
+// A batch of refreshes is one pipeline; a server without the script (first
+// use, SCRIPT FLUSH) gets it loaded and the batch sent again.
+func TestRefreshManyAfterScriptFlush(t *testing.T) {
+	srv := testserver.Redis(t)
+	c := newClient(t, srv.Addr())
+	ctx := t.Context()
+	var locks []redisnode.Refresh
+	for i := range 3 {
+		k := redisnode.KeysFor("batch:", fmt.Sprint("k", i))
+		if r, err := redisnode.AcquireOn(ctx, c, k, "me", time.Second); err != nil || !r.Acquired {
+			t.Fatal(r, err)
+		}
+		locks = append(locks, redisnode.Refresh{Keys: k, Owner: "me", TTL: time.Minute})
+	}
+	locks = append(locks, redisnode.Refresh{Keys: locks[0].Keys, Owner: "someone else", TTL: time.Minute})
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ok, errs := redisnode.RefreshManyOn(ctx, c, locks)
+	for i, want := range []bool{true, true, true, false} {
+		if errs[i] != nil || ok[i] != want {
+			t.Errorf("lock %d: ok %v, err %v; want ok %v", i, ok[i], errs[i], want)
+		}
+	}
+	for i := range 3 {
+		if ttl := c.PTTL(ctx, locks[i].Keys.Lock).Val(); ttl < 30*time.Second {
+			t.Errorf("lock %d: PTTL %v after a refresh to 1m", i, ttl)
+		}
 	}
 }

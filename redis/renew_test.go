@@ -1,0 +1,113 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/internal/testutil"
+	"github.com/distlock/distlock/redis"
+)
+
+// Many auto-renewing leases are kept by the Locker's one renewer, with their
+// refreshes pipelined: no goroutine per lease, and far fewer round trips than
+// refreshes. TTL 900ms: every lease is refreshed about every 300ms.
+func TestManyRenewingLeasesBatched(t *testing.T) {
+	srv := testserver.Redis(t)
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	calls := &callCounter{}
+	c.AddHook(calls)
+	l, err := redis.New(c, redis.WithCloseClient(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := t.Context()
+	const n = 300
+	base, _ := testutil.Goroutines("github.com/distlock/distlock")
+	leases := make([]*distlock.Lease, n)
+	for i := range leases {
+		ls, err := l.TryAcquire(ctx, fmt.Sprint("many-", i), distlock.WithTTL(900*time.Millisecond), distlock.WithAutoRenew(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = ls
+	}
+	if g, dump := testutil.Goroutines("github.com/distlock/distlock"); g > base+2 {
+		t.Errorf("%d goroutines of the library for %d renewing leases, %d before (want at most the renewer and one call more):\n%s",
+			g, n, base, dump)
+	}
+	before := refreshCalls(t, admin)
+	singles, pipelines := calls.singles.Load(), calls.pipelines.Load()
+	time.Sleep(2 * time.Second) // about six intervals; nothing but renewals
+	refreshes := refreshCalls(t, admin) - before
+	singles, pipelines = calls.singles.Load()-singles, calls.pipelines.Load()-pipelines
+	for i, ls := range leases {
+		if err := ls.Err(); err != nil {
+			t.Fatalf("lease %d ended while renewing: %v", i, err)
+		}
+	}
+	if min := int64(n * 4); refreshes < min {
+		t.Errorf("%d refresh scripts in 2s for %d leases at a 300ms interval, want at least %d", refreshes, n, min)
+	}
+	// One round trip per lease and interval would be about 2000; batched,
+	// the leases due together share a pipeline.
+	t.Logf("%d refreshes in %d pipelines and %d single calls", refreshes, pipelines, singles)
+	if rt := singles + pipelines; rt > refreshes/10 {
+		t.Errorf("%d round trips for %d refreshes: not batched", rt, refreshes)
+	}
+	for _, ls := range leases {
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// callCounter counts the client's single commands and pipelines.
+type callCounter struct{ singles, pipelines atomic.Int64 }
+
+func (h *callCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h *callCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.singles.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h *callCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		h.pipelines.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// refreshCalls is how many scripts the server has run (EVALSHA + EVAL).
+func refreshCalls(t *testing.T, c *goredis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+			continue
+		}
+		for _, f := range strings.Split(strings.TrimSpace(line[strings.Index(line, ":")+1:]), ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
