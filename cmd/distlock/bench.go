@@ -178,6 +178,10 @@ func planSteps(c *benchConfig) []step {
 					return handoff(ctx, b, key, h)
 				}})
 			}
+		case "held":
+			steps = append(steps, step{fmt.Sprintf("held n=%d", c.held), func(ctx context.Context, b *backend, key string) ([]value, []float64, error) {
+				return held(ctx, b, key, c.held)
+			}})
 		case "crash":
 			steps = append(steps, step{"crash", func(ctx context.Context, b *backend, key string) ([]value, []float64, error) {
 				return crash(ctx, b, key)

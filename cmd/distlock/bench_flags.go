@@ -42,6 +42,7 @@ type benchConfig struct {
 	repeat   int
 	workers  []int
 	measures []string
+	held     int // leases of the held measurement
 	crashTTL time.Duration
 	jsonPath string
 	htmlPath string
@@ -52,7 +53,10 @@ type benchConfig struct {
 	faultsPath string
 }
 
-var allMeasures = []string{"uncontended", "contended", "manykeys", "handoff", "crash"}
+var allMeasures = []string{"uncontended", "contended", "manykeys", "handoff", "crash", "held"}
+
+// defaultMeasures leave out held, which takes a minute or more per backend.
+var defaultMeasures = []string{"uncontended", "contended", "manykeys", "handoff", "crash"}
 
 // handoffHolds are the hold times of the hand-off measurement.
 var handoffHolds = []time.Duration{0, 5 * time.Millisecond, 50 * time.Millisecond}
@@ -108,13 +112,14 @@ func (l *strList) Set(v string) error {
 
 // benchFlags declares the flags bench and compare share.
 func benchFlags(name, help string, s stdio) (*benchConfig, func([]string) (int, bool)) {
-	c := &benchConfig{workers: []int{2, 8, 32}, measures: slices.Clone(allMeasures)}
+	c := &benchConfig{workers: []int{2, 8, 32}, measures: slices.Clone(defaultMeasures)}
 	fs := newFlags(name, help, s)
 	fs.Var((*urlList)(&c.urls), "url", "backend URL to measure (repeatable); none: start local servers for every registered backend")
 	fs.DurationVar(&c.duration, "duration", 500*time.Millisecond, "length of each timed measurement")
 	fs.IntVar(&c.repeat, "repeat", 3, "repeats of each measurement (min/median/max are reported)")
 	fs.Var((*intList)(&c.workers), "workers", "client counts of the contended measurement, comma-separated")
-	fs.Var((*strList)(&c.measures), "measure", "measurements to run, comma-separated")
+	fs.Var((*strList)(&c.measures), "measure", "measurements to run, comma-separated ("+strings.Join(allMeasures, ",")+"; held is not run by default)")
+	fs.IntVar(&c.held, "held", 10000, "auto-renewing leases one process holds in the held measurement")
 	fs.DurationVar(&c.crashTTL, "crash-ttl", 2*time.Second, "lease TTL of the crashed holder")
 	fs.StringVar(&c.jsonPath, "json", "", "write the results as JSON to `FILE`")
 	fs.StringVar(&c.htmlPath, "html", "", "write a self-contained HTML report with charts to `FILE`")

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/distlock/distlock"
+)
+
+// heldTTL is the TTL of the held-leases measurement: renewed every second.
+const heldTTL = 3 * time.Second
+
+// heldWindow is how many acquires each acquire rate is timed over.
+const heldWindow = 100
+
+// held measures one process holding n auto-renewing leases on distinct
+// keys: the acquire rate with heldWindow held against the rate with n held,
+// goroutines per held lease, the process CPU spent while only renewing
+// (one TTL, three renewals of each lease), leases lost meanwhile, and the
+// time to release them all. A Locker of its own, closed at the end.
+func held(ctx context.Context, b *backend, key string, n int) ([]value, []float64, error) {
+	if n < 2*heldWindow {
+		return nil, nil, fmt.Errorf("held: %d leases, want at least %d", n, 2*heldWindow)
+	}
+	l, err := openLocker(ctx, b.url)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer l.Close()
+	base := runtime.NumGoroutine()
+	leases := make([]*distlock.Lease, 0, n)
+	acquire := func(count int) (float64, error) {
+		t0 := time.Now()
+		for range count {
+			ls, err := l.TryAcquire(ctx, fmt.Sprintf("%s-%d", key, len(leases)), distlock.WithTTL(heldTTL), distlock.WithAutoRenew(true))
+			if err != nil {
+				return 0, fmt.Errorf("held: acquire %d: %w", len(leases), err)
+			}
+			leases = append(leases, ls)
+		}
+		return float64(count) / time.Since(t0).Seconds(), nil
+	}
+	defer func() {
+		for _, ls := range leases {
+			_ = ls.Release(context.Background())
+		}
+	}()
+	rateFew, err := acquire(heldWindow)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := acquire(n - 2*heldWindow); err != nil {
+		return nil, nil, err
+	}
+	rateMany, err := acquire(heldWindow)
+	if err != nil {
+		return nil, nil, err
+	}
+	perLease := float64(runtime.NumGoroutine()-base) / float64(n)
+
+	cpu0, t0 := cpuTime(), time.Now()
+	select {
+	case <-time.After(heldTTL):
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+	renewCPU := 100 * (cpuTime() - cpu0).Seconds() / time.Since(t0).Seconds()
+	lost := 0
+	for _, ls := range leases {
+		if ls.Err() != nil {
+			lost++
+		}
+	}
+
+	t1 := time.Now()
+	var wg sync.WaitGroup
+	work := make(chan *distlock.Lease)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ls := range work {
+				_ = ls.Release(ctx)
+			}
+		}()
+	}
+	for _, ls := range leases {
+		work <- ls
+	}
+	close(work)
+	wg.Wait()
+	release := time.Since(t1)
+	leases = nil
+
+	return []value{
+		{fmt.Sprintf("acquire/s, %d held", heldWindow), "ops/s", rateFew},
+		{fmt.Sprintf("acquire/s, %d held", n), "ops/s", rateMany},
+		{"rate ratio", "x", rateMany / rateFew},
+		{"goroutines per lease", "n", perLease},
+		{"renewal CPU", "% of a core", renewCPU},
+		{"lost while renewing", "n", float64(lost)},
+		{"release all (16 at once)", "s", release.Seconds()},
+	}, nil, nil
+}
+
+// cpuTime is the CPU (user + system) this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
