@@ -54,31 +54,40 @@ func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration
 	if t.ctxErr != nil {
 		return 0, t.ctxErr
 	}
-	// Unbroken: nodes where the lock has been ours since before this call
-	// and still is. A node that answered must have extended it; a silent
-	// one counts by the expiry known for it, but only once it had its
-	// chance to answer: its answer may say the lock vanished there.
-	unbroken := func() (answered, silent int) {
-		now := time.Now()
-		for i := range n {
-			_, failed := t.failed[i]
-			switch {
-			case !now.Before(before[i]):
-			case failed || !t.answered[i]:
-				silent++
-			case results[i] == redisnode.ExtendRenewed:
-				answered++
-			}
-		}
-		return answered, silent
-	}
-	if a, sl := unbroken(); a < b.quorum && a+sl >= b.quorum && t.silent > 0 {
+	if a, sl := unbroken(before, results, t); a < b.quorum && a+sl >= b.quorum && t.silent > 0 {
+		// A silent node may yet say the lock vanished there.
 		t.rest(ctx, ch, n, deadline(nt))
 		if t.ctxErr != nil {
 			return 0, t.ctxErr
 		}
 	}
-	if a, sl := unbroken(); a+sl < b.quorum {
+	return b.refreshVerdict(ctx, g, ttl, nt, h, before, results, t)
+}
+
+// unbroken counts the nodes where the lock has been ours since before the
+// refresh and still is. A node that answered must have extended it; a
+// silent one counts by the expiry known for it, but only once it had its
+// chance to answer: its answer may say the lock vanished there.
+func unbroken(before []time.Time, results []redisnode.Extended, t tally) (answered, silent int) {
+	now := time.Now()
+	for i := range before {
+		_, failed := t.failed[i]
+		switch {
+		case !now.Before(before[i]):
+		case failed || !t.answered[i]:
+			silent++
+		case results[i] == redisnode.ExtendRenewed:
+			answered++
+		}
+	}
+	return answered, silent
+}
+
+// refreshVerdict turns what the nodes said to a refresh into its outcome.
+func (b *backend) refreshVerdict(ctx context.Context, g driver.Grant, ttl, nt time.Duration, h *handle,
+	before []time.Time, results []redisnode.Extended, t tally) (time.Duration, error) {
+	n := len(b.nodes)
+	if a, sl := unbroken(before, results, t); a+sl < b.quorum {
 		// The lock lapsed on so many nodes that a majority was free at some
 		// moment: it may have had another holder since. Give back what this
 		// refresh holds rather than carry on.

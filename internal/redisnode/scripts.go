@@ -106,8 +106,52 @@ type Refresh struct {
 // the server does not have the script (first use, a restart, SCRIPT FLUSH),
 // it is loaded and those locks are sent again: extending twice is harmless.
 func RefreshManyOn(ctx context.Context, c goredis.UniversalClient, locks []Refresh) (ok []bool, errs []error) {
-	ok, errs = make([]bool, len(locks)), make([]error, len(locks))
-	todo := make([]int, len(locks))
+	ok = make([]bool, len(locks))
+	errs = pipelined(ctx, c, refreshScript, "refresh", len(locks), func(i int, p goredis.Pipeliner) *goredis.Cmd {
+		return refreshScript.EvalSha(ctx, p, []string{locks[i].Keys.Lock}, locks[i].Owner, millis(locks[i].TTL))
+	}, func(i int, n int64) error {
+		ok[i] = n == 1
+		return nil
+	})
+	return ok, errs
+}
+
+// Extend is one lock of ExtendManyOn: the arguments of ExtendOn.
+type Extend struct {
+	Keys  Keys
+	Owner string
+	TTL   time.Duration
+	Token distlock.Token
+	Nonce string
+}
+
+// ExtendManyOn runs Redlock's repairing refresh (ExtendOn) for every lock
+// in one pipeline; a resend after a lost script is harmless for the same
+// reason a resent ExtendOn is (the nonce).
+func ExtendManyOn(ctx context.Context, c goredis.UniversalClient, locks []Extend) (res []Extended, errs []error) {
+	res = make([]Extended, len(locks))
+	errs = pipelined(ctx, c, extendScript, "extend", len(locks), func(i int, p goredis.Pipeliner) *goredis.Cmd {
+		l := locks[i]
+		return extendScript.EvalSha(ctx, p, []string{l.Keys.Lock, l.Keys.Counter, l.Keys.GoneFor(l.Owner), l.Keys.Retake},
+			l.Owner, millis(l.TTL), strconv.FormatInt(int64(l.Token), 10), l.Nonce)
+	}, func(i int, n int64) error {
+		if n < 0 || n > 2 {
+			return fmt.Errorf("extend script: unexpected reply %d", n)
+		}
+		res[i] = Extended(n)
+		return nil
+	})
+	return res, errs
+}
+
+// pipelined sends count calls of script in one pipeline (cmd builds call
+// i), hands each integer reply to got, and returns each call's error. If
+// the server lacks the script, it is loaded and the calls that met NOSCRIPT
+// are sent again, once.
+func pipelined(ctx context.Context, c goredis.UniversalClient, script *goredis.Script, name string, count int,
+	cmd func(i int, p goredis.Pipeliner) *goredis.Cmd, got func(i int, n int64) error) []error {
+	errs := make([]error, count)
+	todo := make([]int, count)
 	for i := range todo {
 		todo[i] = i
 	}
@@ -115,7 +159,7 @@ func RefreshManyOn(ctx context.Context, c goredis.UniversalClient, locks []Refre
 		cmds := make([]*goredis.Cmd, len(todo))
 		pipe := c.Pipeline()
 		for j, i := range todo {
-			cmds[j] = refreshScript.EvalSha(ctx, pipe, []string{locks[i].Keys.Lock}, locks[i].Owner, millis(locks[i].TTL))
+			cmds[j] = cmd(i, pipe)
 		}
 		_, _ = pipe.Exec(ctx) // each command carries its own outcome
 		var again []int
@@ -125,22 +169,22 @@ func RefreshManyOn(ctx context.Context, c goredis.UniversalClient, locks []Refre
 			case err != nil && round == 0 && goredis.HasErrorPrefix(err, "NOSCRIPT"):
 				again = append(again, i)
 			case err != nil:
-				errs[i] = fmt.Errorf("refresh script: %w", err)
+				errs[i] = fmt.Errorf("%s script: %w", name, err)
 			default:
-				ok[i] = n == 1
+				errs[i] = got(i, n)
 			}
 		}
 		if len(again) > 0 {
-			if err := refreshScript.Load(ctx, c).Err(); err != nil {
+			if err := script.Load(ctx, c).Err(); err != nil {
 				for _, i := range again {
-					errs[i] = fmt.Errorf("refresh script: loading it: %w", err)
+					errs[i] = fmt.Errorf("%s script: loading it: %w", name, err)
 				}
 				break
 			}
 		}
 		todo = again
 	}
-	return ok, errs
+	return errs
 }
 
 // ReleaseOn runs the release script: DEL k.Lock if it still holds owner, and

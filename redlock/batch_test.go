@@ -1,0 +1,106 @@
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/redisnode"
+	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/internal/testutil"
+	"github.com/distlock/distlock/redis"
+	"github.com/distlock/distlock/redlock"
+)
+
+type pipeCounter struct{ singles, pipelines atomic.Int64 }
+
+func (h *pipeCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h *pipeCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.singles.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h *pipeCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		h.pipelines.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// Renewing leases due together are refreshed with one pipeline per node,
+// each judged as a single refresh would be: they stay held through a node
+// that stops answering (a minority), and one whose lock lapsed on a
+// majority is reported lost while the others stay held.
+func TestRenewalBatches(t *testing.T) {
+	srvs := testserver.RedisN(t, 3)
+	ctx := t.Context()
+	cs := clients(t, srvs, true)
+	counters := make([]*pipeCounter, len(cs))
+	for i, c := range cs {
+		counters[i] = &pipeCounter{}
+		c.(*goredis.Client).AddHook(counters[i])
+	}
+	l, err := redlock.New(cs, redlock.WithCloseClients(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	admins := clients(t, srvs, false)
+	const n = 200
+	base, _ := testutil.Goroutines("github.com/distlock/distlock")
+	leases := make([]*distlock.Lease, n)
+	for i := range leases {
+		ls, err := l.TryAcquire(ctx, fmt.Sprint("batch-", i), distlock.WithTTL(900*time.Millisecond), distlock.WithAutoRenew(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = ls
+	}
+	if g, dump := testutil.Goroutines("github.com/distlock/distlock"); g > base+len(srvs)*3 {
+		t.Errorf("%d library goroutines for %d renewing leases, %d before:\n%s", g, n, base, dump)
+	}
+	singles, pipes := counters[0].singles.Load(), counters[0].pipelines.Load()
+	time.Sleep(1500 * time.Millisecond) // about five intervals
+	singles, pipes = counters[0].singles.Load()-singles, counters[0].pipelines.Load()-pipes
+	t.Logf("node 0: %d pipelines, %d single calls for %d leases over ~5 intervals", pipes, singles, n)
+	if singles+pipes > n {
+		t.Errorf("node 0 saw %d round trips for %d leases over ~5 intervals: not batched", singles+pipes, n)
+	}
+
+	// Node 2 stops answering: the majority {0,1} keeps every lease.
+	if err := srvs[2].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	// Lease 0's lock vanishes on nodes 0 and 1 (as by a clock jump).
+	lock0 := redisnode.KeysFor(redis.DefaultPrefix, "batch-0").Lock
+	for _, a := range admins[:2] {
+		if err := a.Del(ctx, lock0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if err := srvs[2].Resume(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-leases[0].Done():
+	case <-time.After(5 * time.Second):
+		t.Error("lease 0 lapsed on a majority but was not reported lost")
+	}
+	for i, ls := range leases[1:] {
+		if err := ls.Err(); err != nil {
+			t.Fatalf("lease %d lost with a majority up: %v", i+1, err)
+		}
+	}
+	for _, ls := range leases[1:] {
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
