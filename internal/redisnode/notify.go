@@ -20,8 +20,8 @@ import (
 // opened at the first wait and closed by Close, and counts references per
 // channel so a channel is subscribed while anyone waits on it.
 //
-// Subscribe itself sends nothing: an uncontended Acquire, which subscribes
-// before its first attempt, costs no extra round trip. The first Wait queues
+// Subscribe itself sends nothing (and an Acquire subscribes only once an
+// attempt found the key held). The first Wait queues
 // SUBSCRIBE followed by a PING on the same connection; the PONG proves the
 // subscription is active, and Wait then returns once without a notice so the
 // caller tries again — covering a release that happened before the
