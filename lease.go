@@ -102,9 +102,11 @@ func (ls *Lease) As(target any) bool {
 }
 
 // Refresh extends the lease to its TTL (or to WithTTL's, which then becomes
-// the lease's TTL) from now. It returns an error matching ErrNotHeld, and
-// ErrLeaseLost, if the lease ended or the server no longer has it as ours;
-// any other error leaves the lease as it was.
+// the lease's TTL) from now. WithTTL is the one option it takes; any other
+// that would change something is an error matching ErrInvalidOption. It
+// returns an error matching ErrNotHeld, and ErrLeaseLost, if the lease
+// ended or the server no longer has it as ours; any other error leaves the
+// lease as it was.
 func (ls *Lease) Refresh(ctx context.Context, opts ...Option) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidOption)
@@ -114,6 +116,10 @@ func (ls *Lease) Refresh(ctx context.Context, opts ...Option) error {
 	o, err := driver.ResolveCall(base, opts)
 	if err != nil {
 		return err
+	}
+	if o.AutoRenew != base.AutoRenew || o.RenewInterval != base.RenewInterval || o.DriftRule() != base.DriftRule() ||
+		o.BackoffMin != base.BackoffMin || o.BackoffMax != base.BackoffMax {
+		return fmt.Errorf("%w: Lease.Refresh takes only WithTTL; a lease's other settings are fixed when it is acquired", ErrInvalidOption)
 	}
 	if err := validateTTL(o.TTL); err != nil {
 		return err
@@ -143,6 +149,11 @@ func (ls *Lease) refresh(ctx context.Context, ttl time.Duration) error {
 	start, err := ls.refreshStart()
 	if err != nil {
 		return err
+	}
+	if ttl == 0 {
+		// A renewal: read under the semaphore, so that it cannot undo a
+		// Refresh(WithTTL) that ran while it waited.
+		ttl = ls.TTL()
 	}
 	validity, err := ls.l.b.Refresh(ctx, ls.grant, ttl)
 	return ls.refreshDone(ctx, start, ttl, validity, err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/distlock/distlock/driver"
@@ -19,12 +20,13 @@ import (
 // leases due close together are renewed together (a little early) and,
 // completing together, stay in step.
 type renewer struct {
-	l     *locker
-	wake  chan struct{}  // the head of the queue changed
-	slots chan struct{}  // one per refresh call in flight
-	mu    sync.Mutex     // guards queue and the leases' renewAt, renewIdx
-	queue renewQueue     // by renewAt
-	calls sync.WaitGroup // refresh calls in flight
+	l       *locker
+	noBatch atomic.Bool    // the backend declined a batch: refresh one by one
+	wake    chan struct{}  // the head of the queue changed
+	slots   chan struct{}  // one per refresh call in flight
+	mu      sync.Mutex     // guards queue and the leases' renewAt, renewIdx
+	queue   renewQueue     // by renewAt
+	calls   sync.WaitGroup // refresh calls in flight
 }
 
 const (
@@ -43,7 +45,9 @@ func newRenewer(l *locker) *renewer {
 func (r *renewer) schedule(ls *Lease, d time.Duration) {
 	at := now().Add(d)
 	if grid := d / renewGridDiv; grid > time.Millisecond {
-		at = at.Truncate(grid)
+		// Not Truncate: it drops the monotonic reading, and a wall clock
+		// stepped back would then delay every renewal.
+		at = at.Add(-time.Duration(at.UnixNano() % int64(grid)))
 	}
 	r.mu.Lock()
 	head := len(r.queue) == 0 || at.Before(r.queue[0].renewAt)
@@ -127,6 +131,7 @@ func (r *renewer) refresh(due []*Lease) bool {
 		}
 	}
 	br, batches := r.l.b.(driver.BatchRefresher)
+	batches = batches && !r.noBatch.Load()
 	for len(live) > 0 {
 		n := 1
 		if batches {
@@ -154,7 +159,7 @@ func (r *renewer) refresh(due []*Lease) bool {
 
 func (r *renewer) refreshOne(ls *Lease) {
 	ctx, cancel := context.WithDeadline(r.l.life, ls.Expires())
-	err := ls.refresh(ctx, ls.TTL())
+	err := ls.refresh(ctx, 0) // the TTL as it is once the call is ours
 	cancel()
 	r.done(ls, err)
 }
@@ -191,11 +196,15 @@ func (r *renewer) refreshBatch(br driver.BatchRefresher, part []*Lease) {
 	ctx, cancel := context.WithDeadline(r.l.life, deadline)
 	err := br.RefreshBatch(ctx, batch)
 	if errors.Is(err, driver.ErrUnsupported) {
-		for i, ls := range leases {
-			v, e := ls.l.b.Refresh(ctx, ls.grant, batch[i].TTL)
-			batch[i].Validity, batch[i].Err = v, e
+		// One by one from now on, each in its own call: in one goroutine a
+		// stalled lease would hold up the rest.
+		cancel()
+		r.noBatch.Store(true)
+		for _, ls := range leases {
+			ls.unlockCall()
+			r.schedule(ls, 0)
 		}
-		err = nil
+		return
 	}
 	for i, ls := range leases {
 		e := batch[i].Err

@@ -122,12 +122,10 @@ type Drift struct {
 	Min    time.Duration
 }
 
-// For returns the allowance for a lock of ttl: ttl·Factor + Min. The zero
-// Drift (a Request built by hand) means the defaults, never no margin.
+// For returns the allowance for a lock of ttl: ttl·Factor + Min. The
+// portable layer always fills in a Request's and a Grant's Drift; the zero
+// Drift is WithDrift(0, 0), no margin.
 func (d Drift) For(ttl time.Duration) time.Duration {
-	if d == (Drift{}) {
-		d = Drift{Factor: DefaultDriftFactor, Min: DefaultDriftMin}
-	}
 	return time.Duration(float64(ttl)*d.Factor) + d.Min
 }
 

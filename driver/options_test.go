@@ -8,8 +8,8 @@ import (
 )
 
 func TestDriftFor(t *testing.T) {
-	if got, want := (Drift{}).For(time.Second), time.Duration(float64(time.Second)*DefaultDriftFactor)+DefaultDriftMin; got != want {
-		t.Errorf("zero Drift: %v, want the defaults' %v (never no margin)", got, want)
+	if got := (Drift{}).For(time.Second); got != 0 {
+		t.Errorf("zero Drift (WithDrift(0, 0)): %v, want no margin", got)
 	}
 	if got := (Drift{Factor: 0.1, Min: time.Millisecond}).For(time.Second); got != 101*time.Millisecond {
 		t.Errorf("0.1·1s + 1ms = %v", got)

@@ -134,9 +134,15 @@ func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration
 	return ttl, nil
 }
 
-// RefreshBatch refreshes many locks in one pipeline (driver.BatchRefresher);
-// with WithWaitReplicas each refresh needs its own WAIT, so it declines.
+// RefreshBatch refreshes many locks in one pipeline (driver.BatchRefresher).
+// It declines with WithWaitReplicas (each refresh needs its own WAIT) and on
+// a sharded client: a pipeline there waits for every shard, so one stalled
+// shard would cost the leases on the healthy ones.
 func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) error {
+	switch b.client.(type) {
+	case *goredis.ClusterClient, *goredis.Ring:
+		return driver.ErrUnsupported
+	}
 	if b.wait.n > 0 {
 		return driver.ErrUnsupported
 	}

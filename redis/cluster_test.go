@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/conformance"
 	"github.com/distlock/distlock/internal/redisnode"
+	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/redis"
 )
 
@@ -118,4 +120,78 @@ func TestClusterConformance(t *testing.T) {
 			t.Fatal("As(**ClusterClient) failed")
 		}
 	})
+}
+
+// On a Redis Cluster one stalled shard must not cost the renewing leases
+// whose keys live on healthy shards: a pipeline waits for every shard, so
+// the backend declines batches on a sharded client and each lease is
+// refreshed on its own key's master (found by an adversarial review: every
+// healthy-shard lease was lost with batched renewals).
+func TestStalledShardKeepsHealthyShardLeases(t *testing.T) {
+	cl := testserver.NewRedisCluster(t, 2)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	for _, s := range cl.Nodes {
+		c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
+		// So that the healthy master keeps serving its slots whatever the
+		// cluster thinks of the stalled one.
+		if err := c.ConfigSet(ctx, "cluster-require-full-coverage", "no").Err(); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	stalledMaster, _, err := cl.Shard(ctx, redisnode.KeysFor("distlock:", "probe-0").Lock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var healthy, stalled []string
+	for i := 0; len(healthy) < 8 || len(stalled) < 8; i++ {
+		key := fmt.Sprint("review-shard-", i)
+		m, _, err := cl.Shard(ctx, redisnode.KeysFor("distlock:", key).Lock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m == stalledMaster {
+			if len(stalled) < 8 {
+				stalled = append(stalled, key)
+			}
+		} else if len(healthy) < 8 {
+			healthy = append(healthy, key)
+		}
+	}
+	l := clusterLocker(t, cl.Addrs())
+	const ttl = 1500 * time.Millisecond
+	acquire := func(keys []string) []*distlock.Lease {
+		var out []*distlock.Lease
+		for _, k := range keys {
+			ls, err := l.TryAcquire(ctx, k, distlock.WithTTL(ttl), distlock.WithAutoRenew(true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, ls)
+		}
+		return out
+	}
+	// The healthy shard's leases first: theirs are the earliest deadlines.
+	hl := acquire(healthy)
+	acquire(stalled)
+	time.Sleep(300 * time.Millisecond)
+
+	if err := stalledMaster.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * ttl) // the healthy shard answers all along
+	lost := 0
+	for i, ls := range hl {
+		if err := ls.Err(); err != nil {
+			lost++
+			t.Logf("healthy-shard lease %s lost: %v", healthy[i], err)
+		}
+	}
+	if err := stalledMaster.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if lost > 0 {
+		t.Errorf("%d of %d leases on the healthy shard were lost while another shard was stalled", lost, len(hl))
+	}
 }

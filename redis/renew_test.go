@@ -2,9 +2,11 @@ package redis_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -110,4 +112,94 @@ func refreshCalls(t *testing.T, c *goredis.Client) int64 {
 		}
 	}
 	return total
+}
+
+// WithDrift(0, 0) is no margin at all, not the defaults.
+func TestWithDriftZeroMeansNoMargin(t *testing.T) {
+	srv := testserver.Redis(t)
+	l := newLocker(t, srv.Addr())
+	const ttl = 10 * time.Second
+	start := time.Now()
+	ls, err := l.TryAcquire(t.Context(), "drift0", distlock.WithTTL(ttl), distlock.WithDrift(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Release(t.Context())
+	if got := ls.Expires().Sub(start); got < ttl-20*time.Millisecond {
+		t.Errorf("WithDrift(0, 0): Expires is start+%v, want about start+%v", got, ttl)
+	}
+}
+
+// Lease.Refresh takes WithTTL only; an option it cannot apply is refused,
+// not dropped.
+func TestRefreshTakesOnlyWithTTL(t *testing.T) {
+	srv := testserver.Redis(t)
+	l := newLocker(t, srv.Addr())
+	ctx := t.Context()
+	ls, err := l.TryAcquire(ctx, "refresh-opts", distlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Release(ctx)
+	for name, o := range map[string]distlock.Option{
+		"WithAutoRenew(true)": distlock.WithAutoRenew(true),
+		"WithDrift(0.4, 0)":   distlock.WithDrift(0.4, 0),
+		"WithBackoff":         distlock.WithBackoff(time.Millisecond, time.Second),
+	} {
+		if err := ls.Refresh(ctx, o); !errors.Is(err, distlock.ErrInvalidOption) {
+			t.Errorf("Refresh(%s): want ErrInvalidOption, got %v", name, err)
+		}
+	}
+	if err := ls.Refresh(ctx, distlock.WithTTL(5*time.Second)); err != nil || ls.TTL() != 5*time.Second {
+		t.Errorf("Refresh(WithTTL(5s)): %v, TTL %v", err, ls.TTL())
+	}
+}
+
+type slowKey struct{}
+
+// slowHook delays, once, a command whose context carries slowKey.
+type slowHook struct {
+	d    time.Duration
+	once *sync.Once
+}
+
+func (h slowHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h slowHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if ctx.Value(slowKey{}) != nil {
+			h.once.Do(func() { time.Sleep(h.d) })
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h slowHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+// A renewal that falls due while Refresh(WithTTL(x)) is in flight must not
+// send the old TTL after it (it read the TTL before waiting its turn).
+func TestRenewalDoesNotUndoRefreshTTL(t *testing.T) {
+	srv := testserver.Redis(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	c.AddHook(slowHook{d: 1500 * time.Millisecond, once: new(sync.Once)})
+	l, err := redis.New(c, redis.WithCloseClient(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := t.Context()
+	ls, err := l.TryAcquire(ctx, "refresh-ttl", distlock.WithTTL(3*time.Second), distlock.WithAutoRenew(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Release(ctx)
+	time.Sleep(100 * time.Millisecond)
+	// In flight from 0.1s to 1.6s; the renewal falls due at about 1s.
+	if err := ls.Refresh(context.WithValue(ctx, slowKey{}, 1), distlock.WithTTL(2500*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := ls.TTL(); got != 2500*time.Millisecond {
+		t.Errorf("after Refresh(WithTTL(2.5s)) returned nil, the lease's TTL is %v", got)
+	}
 }

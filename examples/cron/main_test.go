@@ -17,7 +17,11 @@ import (
 func TestCron(t *testing.T) {
 	backendtest.Each(t, nil, func(t *testing.T, url string) {
 		var out, errOut bytes.Buffer
-		err := run(t.Context(), []string{"-url", url, "-replicas", "3", "-ticks", "4", "-every", "300ms"}, &out, &errOut)
+		// Slots of 1s: a slot whose start window (3/4 of it) passes before
+		// any replica got the lock is skipped by design, and a first
+		// acquire on a loaded CI machine (ZooKeeper's parent znodes) can
+		// take a few hundred ms.
+		err := run(t.Context(), []string{"-url", url, "-replicas", "3", "-ticks", "3", "-every", "1s"}, &out, &errOut)
 		if err != nil {
 			t.Fatalf("%v\n%s%s", err, out.String(), errOut.String())
 		}
@@ -27,15 +31,15 @@ func TestCron(t *testing.T) {
 		for _, m := range runs {
 			perSlot[m[1]]++
 		}
-		for i := range 4 {
+		for i := range 3 {
 			if n := perSlot[fmt.Sprint(i)]; n != 1 {
 				t.Errorf("slot %d ran %d times", i, n)
 			}
 		}
-		if len(runs) != 4 {
-			t.Errorf("%d runs printed, want 4", len(runs))
+		if len(runs) != 3 {
+			t.Errorf("%d runs printed, want 3", len(runs))
 		}
-		if !strings.Contains(out.String(), "backend: "+url+" (") || !strings.Contains(out.String(), "ok: 4 slots, each ran exactly once") {
+		if !strings.Contains(out.String(), "backend: "+url+" (") || !strings.Contains(out.String(), "ok: 3 slots, each ran exactly once") {
 			t.Errorf("no backend or success line")
 		}
 		if t.Failed() {
