@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,7 +26,7 @@ func TestManyRenewingLeasesBatched(t *testing.T) {
 	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	defer admin.Close()
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
-	calls := &callCounter{}
+	calls := &testutil.RedisCalls{}
 	c.AddHook(calls)
 	l, err := redis.New(c, redis.WithCloseClient(true))
 	if err != nil {
@@ -50,10 +49,10 @@ func TestManyRenewingLeasesBatched(t *testing.T) {
 			g, n, base, dump)
 	}
 	before := refreshCalls(t, admin)
-	singles, pipelines := calls.singles.Load(), calls.pipelines.Load()
+	singles, pipelines := calls.Singles.Load(), calls.Pipelines.Load()
 	time.Sleep(2 * time.Second) // about six intervals; nothing but renewals
 	refreshes := refreshCalls(t, admin) - before
-	singles, pipelines = calls.singles.Load()-singles, calls.pipelines.Load()-pipelines
+	singles, pipelines = calls.Singles.Load()-singles, calls.Pipelines.Load()-pipelines
 	for i, ls := range leases {
 		if err := ls.Err(); err != nil {
 			t.Fatalf("lease %d ended while renewing: %v", i, err)
@@ -72,23 +71,6 @@ func TestManyRenewingLeasesBatched(t *testing.T) {
 		if err := ls.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-	}
-}
-
-// callCounter counts the client's single commands and pipelines.
-type callCounter struct{ singles, pipelines atomic.Int64 }
-
-func (h *callCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-func (h *callCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
-	return func(ctx context.Context, cmd goredis.Cmder) error {
-		h.singles.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (h *callCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		h.pipelines.Add(1)
-		return next(ctx, cmds)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/redisnode"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // RefreshBatch refreshes many leases with one pipeline per node
@@ -54,70 +55,45 @@ func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) erro
 		calls[j] = redisnode.Extend{Keys: l.h.keys, Owner: r.Grant.Owner, TTL: r.TTL, Token: r.Grant.Token, Nonce: l.nonce}
 	}
 
-	type nodeReply struct {
-		i    int
+	// Each node's answers, written by its call before its reply is sent.
+	type answers struct {
 		res  []redisnode.Extended
 		errs []error
 	}
-	replies := make(chan nodeReply, n)
-	dones := make(map[int]chan struct{}, n)
-	for i := range n {
-		done := make(chan struct{})
-		dones[i] = done
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			defer close(done)
-			// As in fanOut: once sent, a node's calls run to their answer
-			// or the node timeout, whatever ctx does.
-			nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nt)
-			res, errs := redisnode.ExtendManyOn(nctx, b.nodes[i].client, calls)
-			cancel()
-			for j, l := range leases { // learned before the reply is counted
-				switch {
-				case errs[j] != nil:
-				case res[j] != redisnode.ExtendHeldByOther:
-					l.h.learn(i, l.seq, l.valid)
-				default:
-					l.h.learn(i, l.seq, time.Time{})
-				}
+	perNode := make([]answers, n)
+	ch, dones := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
+		res, errs := redisnode.ExtendManyOn(ctx, c, calls)
+		for j, l := range leases { // learned before the reply is counted
+			switch {
+			case errs[j] != nil:
+			case res[j] != redisnode.ExtendHeldByOther:
+				l.h.learn(i, l.seq, l.valid)
+			default:
+				l.h.learn(i, l.seq, time.Time{})
 			}
-			replies <- nodeReply{i: i, res: res, errs: errs}
-		}()
-	}
+		}
+		perNode[i] = answers{res: res, errs: errs}
+		return true, nil
+	}, nil)
 	for _, l := range leases {
 		l.h.mu.Lock()
 		l.h.calls = dones
 		l.h.mu.Unlock()
 	}
-
-	got := make([]*nodeReply, n)
-	timer := time.NewTimer(time.Until(deadline(nt)))
-	defer timer.Stop()
-wait:
-	for range n {
-		select {
-		case r := <-replies:
-			got[r.i] = &r
-		case <-timer.C:
-			break wait
-		case <-ctx.Done():
-			for _, l := range leases {
-				batch[l.k].Err = ctx.Err()
-			}
-			return nil
+	all := gather(ctx, ch, n, 0, deadline(nt)) // every node, not a quorum
+	if all.ctxErr != nil {
+		for _, l := range leases {
+			batch[l.k].Err = all.ctxErr
 		}
+		return nil
 	}
 	for j, l := range leases {
-		t := tally{failed: map[int]error{}, answered: map[int]bool{}}
+		t := tally{failed: map[int]error{}, answered: map[int]bool{}, silent: all.silent}
 		results := make([]redisnode.Extended, n)
-		for i, r := range got {
-			if r == nil {
-				t.silent++
-				continue
-			}
-			results[i] = r.res[j]
-			t.add(reply{i: i, ok: r.errs[j] == nil && r.res[j] != redisnode.ExtendHeldByOther, err: r.errs[j]})
+		for i := range all.answered {
+			a := perNode[i]
+			results[i] = a.res[j]
+			t.add(reply{i: i, ok: a.errs[j] == nil && a.res[j] != redisnode.ExtendHeldByOther, err: a.errs[j]})
 		}
 		r := batch[l.k]
 		batch[l.k].Validity, batch[l.k].Err = b.refreshVerdict(ctx, r.Grant, r.TTL, nt, l.h, l.before, results, t)

@@ -1,9 +1,7 @@
 package redlock_test
 
 import (
-	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,22 +15,6 @@ import (
 	"github.com/distlock/distlock/redlock"
 )
 
-type pipeCounter struct{ singles, pipelines atomic.Int64 }
-
-func (h *pipeCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-func (h *pipeCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
-	return func(ctx context.Context, cmd goredis.Cmder) error {
-		h.singles.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (h *pipeCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		h.pipelines.Add(1)
-		return next(ctx, cmds)
-	}
-}
-
 // Renewing leases due together are refreshed with one pipeline per node,
 // each judged as a single refresh would be: they stay held through a node
 // that stops answering (a minority), and one whose lock lapsed on a
@@ -41,9 +23,9 @@ func TestRenewalBatches(t *testing.T) {
 	srvs := testserver.RedisN(t, 3)
 	ctx := t.Context()
 	cs := clients(t, srvs, true)
-	counters := make([]*pipeCounter, len(cs))
+	counters := make([]*testutil.RedisCalls, len(cs))
 	for i, c := range cs {
-		counters[i] = &pipeCounter{}
+		counters[i] = &testutil.RedisCalls{}
 		c.(*goredis.Client).AddHook(counters[i])
 	}
 	l, err := redlock.New(cs, redlock.WithCloseClients(true))
@@ -65,9 +47,9 @@ func TestRenewalBatches(t *testing.T) {
 	if g, dump := testutil.Goroutines("github.com/distlock/distlock"); g > base+len(srvs)*3 {
 		t.Errorf("%d library goroutines for %d renewing leases, %d before:\n%s", g, n, base, dump)
 	}
-	singles, pipes := counters[0].singles.Load(), counters[0].pipelines.Load()
+	singles, pipes := counters[0].Singles.Load(), counters[0].Pipelines.Load()
 	time.Sleep(1500 * time.Millisecond) // about five intervals
-	singles, pipes = counters[0].singles.Load()-singles, counters[0].pipelines.Load()-pipes
+	singles, pipes = counters[0].Singles.Load()-singles, counters[0].Pipelines.Load()-pipes
 	t.Logf("node 0: %d pipelines, %d single calls for %d leases over ~5 intervals", pipes, singles, n)
 	if singles+pipes > n {
 		t.Errorf("node 0 saw %d round trips for %d leases over ~5 intervals: not batched", singles+pipes, n)
