@@ -51,6 +51,8 @@ type benchConfig struct {
 	quiet    bool
 	// faultsPath is compare's --faults file; "" means defaultFaults if it exists.
 	faultsPath string
+	// soakPath is compare's --soak file; "" means defaultSoak if it exists.
+	soakPath string
 }
 
 var allMeasures = []string{"uncontended", "contended", "manykeys", "handoff", "crash", "held"}
@@ -128,6 +130,7 @@ func benchFlags(name, help string, s stdio) (*benchConfig, func([]string) (int, 
 	fs.BoolVarP(&c.quiet, "quiet", "q", false, "no progress on stderr")
 	if name == "compare" {
 		fs.StringVar(&c.faultsPath, "faults", "", "fault-matrix JSON `FILE` to include (written by: "+matrixfile.Command(defaultFaults)+"); default "+defaultFaults+" if it exists")
+		fs.StringVar(&c.soakPath, "soak", "", "randomized-fault soak JSON `FILE` to include (written by make soak); default "+defaultSoak+" if it exists")
 	}
 	return c, func(args []string) (int, bool) {
 		if code, ok := parseFlags(fs, args, s); !ok {

@@ -31,6 +31,13 @@ distlock cannot run it; to get the rows, from a clone of
 (or make faults; add -faults.long for the long matrix). compare reads
 ` + defaultFaults + ` when it exists, or the file given with --faults.
 Without the file the report says the rows are missing and how to get them.
+
+The randomized-fault soak (make soak in the source repository: seeded
+schedules of overlapping faults on every backend, within and beyond each
+backend's declared tolerance) writes ` + defaultSoak + `; compare reads it
+when it exists, or the file given with --soak, and shows per backend the
+guarded operations, faults by kind, violations by rule, the worst
+loss-notice delay and the worst recovery time.
 `
 
 func cmdCompare(ctx context.Context, args []string, s stdio) int {
@@ -46,6 +53,11 @@ func cmdCompare(ctx context.Context, args []string, s stdio) int {
 		fmt.Fprintf(s.err, "distlock compare: %v\n", err)
 		return exitFailure
 	}
+	soak, soakPath, err := loadSoak(c)
+	if err != nil {
+		fmt.Fprintf(s.err, "distlock compare: %v\n", err)
+		return exitFailure
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := benchAll(ctx, c, s)
@@ -55,5 +67,6 @@ func cmdCompare(ctx context.Context, args []string, s stdio) int {
 	}
 	rep.Kind = "compare"
 	attachFaults(rep, fm, fmPath)
+	attachSoak(rep, soak, soakPath)
 	return writeReports(rep, c, s)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -29,6 +30,16 @@ type FaultMatrix struct {
 	Missing string `json:"missing,omitempty"`
 	*matrixfile.Header
 	Unmatched []matrixfile.Row `json:"unmatched_rows,omitempty"`
+	// Soak is the randomized-fault soak (make soak), when a file was read.
+	Soak *Soak `json:"soak,omitempty"`
+}
+
+// Soak is compare's soak section: the run's header and its rows (one per
+// deployment × mode, fault "random"), read from reports/soak.json or --soak.
+type Soak struct {
+	Source string `json:"source"`
+	*matrixfile.Header
+	Rows []matrixfile.Row `json:"rows"`
 }
 
 // sourceRepo is where the fault harness lives: it is a Go test, so only a
@@ -59,7 +70,192 @@ func loadFaults(c *benchConfig) (*matrixfile.File, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("--faults: %w", err)
 	}
+	if f.Matrix == "soak" {
+		return nil, "", fmt.Errorf("--faults: %s is a soak file (make soak): pass it with --soak", path)
+	}
 	return f, path, nil
+}
+
+// defaultSoak is where compare looks for the soak's rows without --soak.
+const defaultSoak = "reports/soak.json"
+
+// loadSoak reads --soak, or defaultSoak if it exists; a nil file (and no
+// error) when there is none.
+func loadSoak(c *benchConfig) (*matrixfile.File, string, error) {
+	path := c.soakPath
+	if path == "" {
+		if _, err := os.Stat(defaultSoak); errors.Is(err, fs.ErrNotExist) {
+			return nil, "", nil
+		}
+		path = defaultSoak
+	}
+	f, err := matrixfile.Read(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("--soak: %w", err)
+	}
+	if f.Matrix != "soak" {
+		return nil, "", fmt.Errorf("--soak: %s is a %s fault matrix, not a soak: pass it with --faults", path, f.Matrix)
+	}
+	return f, path, nil
+}
+
+// attachSoak adds the soak section to rep's fault section; rows are kept
+// in the order: this report's backends first, then the rest, each by
+// deployment, within before beyond.
+func attachSoak(rep *Report, f *matrixfile.File, source string) {
+	if f == nil {
+		return
+	}
+	if rep.FaultMatrix == nil {
+		rep.FaultMatrix = &FaultMatrix{Missing: missingFaults()}
+	}
+	rank := map[string]int{}
+	for i, b := range rep.Backends {
+		if _, ok := rank[b.Backend]; !ok {
+			rank[b.Backend] = i
+		}
+	}
+	rs := slices.Clone(f.Rows)
+	slices.SortStableFunc(rs, func(a, b matrixfile.Row) int {
+		ra, oka := rank[familyOf(a)]
+		rb, okb := rank[familyOf(b)]
+		switch {
+		case oka != okb:
+			if oka {
+				return -1
+			}
+			return 1
+		case oka && ra != rb:
+			return ra - rb
+		case !oka && familyOf(a) != familyOf(b):
+			return strings.Compare(familyOf(a), familyOf(b))
+		case a.Backend != b.Backend:
+			return strings.Compare(a.Backend, b.Backend)
+		}
+		return strings.Compare(modeRank(a.Mode), modeRank(b.Mode))
+	})
+	rep.FaultMatrix.Soak = &Soak{Source: source, Header: &f.Header, Rows: rs}
+}
+
+func modeRank(m string) string {
+	if m == "within" {
+		return "0"
+	}
+	return "1" + m
+}
+
+// soakGroup is one backend family's soak rows.
+type soakGroup struct {
+	Family string
+	Rows   []matrixfile.Row
+}
+
+func soakGroups(s *Soak) []soakGroup {
+	var gs []soakGroup
+	for _, r := range s.Rows {
+		if n := len(gs); n > 0 && gs[n-1].Family == familyOf(r) {
+			gs[n-1].Rows = append(gs[n-1].Rows, r)
+			continue
+		}
+		gs = append(gs, soakGroup{Family: familyOf(r), Rows: []matrixfile.Row{r}})
+	}
+	return gs
+}
+
+// soakHead describes the soak run.
+func soakHead(rep *Report) string {
+	s := rep.FaultMatrix.Soak
+	h := s.Header
+	verdict := "no claimed rule broken"
+	if !h.Passed {
+		verdict = "SOME CLAIMED RULES BROKEN (rows marked FAIL)"
+	}
+	ops := 0
+	for _, r := range s.Rows {
+		ops += r.Ops
+	}
+	var where []string
+	if h.Host != "" {
+		host := h.Host
+		if h.Host != rep.Env.Host {
+			host += " (not this report's host)"
+		}
+		where = append(where, "host "+host)
+	}
+	if h.Cores > 0 {
+		where = append(where, strconv.Itoa(h.Cores)+" cores")
+	}
+	if h.Commit != "" {
+		where = append(where, "commit "+h.Commit)
+	}
+	where = append(where, "read from "+s.Source)
+	return fmt.Sprintf("Randomized faults (make soak) of %s, took %s, %d guarded operations in all, %d workers per run; %s.\n%s.",
+		h.Date.UTC().Format("2006-01-02 15:04 MST"), h.Duration, ops, h.Workers, verdict, strings.Join(where, ", "))
+}
+
+// soakLegend explains the soak columns.
+const soakLegend = "Seeded schedules of overlapping faults (cmd/internal/faults/README.md), every seed reproducible with -random.seed. " +
+	"within: only faults the deployment declares it tolerates, every rule (a)–(e) claimed; " +
+	"beyond: past the tolerance, only (b) token order and (c) the guard claimed, the other breaks counted (lost liveness, not a failure).\n" +
+	"guarded ops: writes through fencing.WithGuard; violations: breaks of the rules the mode claims, by rule; " +
+	"all breaks: every rule's, claimed or not; worst loss notice: the longest a superseded lease's Done stayed open after another holder's grant; " +
+	"worst recovery: the longest from a fault's end to the next grant."
+
+var soakCols = []string{"deployment", "mode", "runs", "guarded ops", "accepted", "rejected", "faults", "violations", "all breaks", "worst loss notice", "worst recovery", "test"}
+
+// soakCells formats a soak row under soakCols.
+func soakCells(r matrixfile.Row) []string {
+	ms := func(v *float64) string {
+		if v == nil {
+			return "–"
+		}
+		return strconv.FormatFloat(*v, 'f', 0, 64) + " ms"
+	}
+	byKey := func(m map[string]int) string {
+		if len(m) == 0 {
+			return "0"
+		}
+		keys := slices.Sorted(maps.Keys(m))
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = fmt.Sprintf("%s %d", k, m[k])
+		}
+		return strings.Join(parts, ", ")
+	}
+	n := 0
+	for _, c := range r.FaultsByKind {
+		n += c
+	}
+	faults := strconv.Itoa(n)
+	if n > 0 {
+		faults += " (" + byKey(r.FaultsByKind) + ")"
+	}
+	test := "pass"
+	if r.Failed {
+		test = "FAIL"
+	}
+	return []string{r.Backend, r.Mode, strconv.Itoa(len(r.Seeds)), strconv.Itoa(r.Ops), strconv.Itoa(r.Accepted), strconv.Itoa(r.Rejected),
+		faults, byKey(r.Violations), byKey(r.Counted), ms(r.WorstLossNoticeMs), ms(r.WorstRecoveryMs), test}
+}
+
+// writeSoakText writes the soak section of the text report.
+func writeSoakText(w io.Writer, rep *Report) {
+	fm := rep.FaultMatrix
+	if fm == nil || fm.Soak == nil {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, soakHead(rep))
+	fmt.Fprintln(w, soakLegend)
+	for _, g := range soakGroups(fm.Soak) {
+		fmt.Fprintf(w, "\n== %s (soak) ==\n", g.Family)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, strings.Join(soakCols, "\t"))
+		for _, r := range g.Rows {
+			fmt.Fprintln(tw, strings.Join(soakCells(r), "\t"))
+		}
+		tw.Flush()
+	}
 }
 
 // familyOf is the compare backend a fault-harness row belongs to: its
@@ -265,8 +461,10 @@ func writeFaultText(w io.Writer, rep *Report) {
 	fmt.Fprintln(w)
 	if fm.Header == nil {
 		fmt.Fprintln(w, fm.Missing)
+		writeSoakText(w, rep)
 		return
 	}
+	defer writeSoakText(w, rep)
 	fmt.Fprintln(w, faultHead(rep))
 	fmt.Fprintln(w, faultLegend)
 	for _, s := range fm.Skipped {

@@ -163,3 +163,95 @@ func TestCompareFaultsMissing(t *testing.T) {
 		t.Errorf("version 99: %v, want ErrFormat", err)
 	}
 }
+
+const soakFixture = "testdata/soak.json"
+
+// TestCompareSoakFile runs compare with a soak fixture and checks the
+// soak section (per backend: guarded ops, faults by kind, violations by
+// rule, worst loss-notice delay, worst recovery) in the text, JSON and HTML
+// reports, and that a file of the wrong kind is refused before measuring.
+func TestCompareSoakFile(t *testing.T) {
+	dir := t.TempDir()
+	jsonPath, htmlPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.html")
+	url, _ := memURL(t)
+	r := runCLI(t, "compare", "-q", "--url", url, "--measure", "uncontended", "--duration", "20ms", "--repeat", "1",
+		"--dir", dir, "--faults", faultsFixture, "--soak", soakFixture, "--json", jsonPath, "--html", htmlPath)
+	if r.code != 0 {
+		t.Fatalf("code %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	text := r.stdout
+	_, soak, ok := strings.Cut(text, "Randomized faults (make soak) of 2026-11-22 20:00 UTC")
+	if !ok {
+		t.Fatalf("text report has no soak section:\n%s", text)
+	}
+	for _, want := range []string{
+		"took 30m5s, 119211 guarded operations in all", "SOME CLAIMED RULES BROKEN", "read from " + soakFixture,
+		"== redis (soak) ==", "guarded ops", "worst loss notice", "worst recovery",
+		"42 (drop-replies 12, pause-holder 30)", "812 ms", "1656 ms",
+		"a-mutual-exclusion 4, d-recovery 2", "4012 ms",
+		"== zookeeper (soak) ==", "zookeeper-clamped", "e-loss-notice 1", "FAIL",
+		"== etcd (soak) ==", "etcd3",
+	} {
+		if !strings.Contains(soak, want) {
+			t.Errorf("soak section lacks %q:\n%s", want, soak)
+		}
+	}
+	// within before beyond, redis's rows together.
+	_, redis, _ := strings.Cut(soak, "== redis (soak) ==")
+	if i, j := strings.Index(redis, "within"), strings.Index(redis, "beyond"); i < 0 || j < i {
+		t.Errorf("redis rows out of order:\n%s", soak)
+	}
+
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if s := rep.FaultMatrix.Soak; s == nil || s.Header == nil || s.Matrix != "soak" || len(s.Rows) != 4 || s.Source != soakFixture {
+		t.Fatalf("JSON soak section: %s", b)
+	}
+	h, err := os.ReadFile(htmlPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<h2>Randomized faults (soak)</h2>", `<table class="soak">`, "<td>zookeeper-clamped</td>", "<td>e-loss-notice 1</td>", `<td class="err">FAIL</td>`} {
+		if !bytes.Contains(h, []byte(want)) {
+			t.Errorf("HTML lacks %q", want)
+		}
+	}
+
+	// A matrix file given as --soak, or a soak file as --faults, is refused.
+	for _, args := range [][]string{{"--soak", faultsFixture}, {"--faults", soakFixture}} {
+		r := runCLI(t, append([]string{"compare", "-q", "--url", url, "--measure", "uncontended", "--duration", "20ms", "--repeat", "1", "--dir", dir}, args...)...)
+		if r.code == 0 || !strings.Contains(r.stderr, "pass it with") {
+			t.Errorf("%v: code %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+}
+
+// TestCompareSoakWithoutFaults checks that the soak section shows when
+// there is no fault-matrix file, after the message saying how to get one.
+func TestCompareSoakWithoutFaults(t *testing.T) {
+	rep := reportFixture(t)
+	attachFaults(rep, nil, "")
+	s, err := matrixfile.Read(soakFixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attachSoak(rep, s, soakFixture)
+	var txt, h bytes.Buffer
+	writeText(&txt, rep)
+	if err := writeHTML(&h, rep); err != nil {
+		t.Fatal(err)
+	}
+	missing, soak, ok := strings.Cut(txt.String(), "Randomized faults (make soak)")
+	if !ok || !strings.Contains(missing, "Fault matrix: no rows in this report") || !strings.Contains(soak, "== redis (soak) ==") {
+		t.Errorf("text report:\n%s", txt.String())
+	}
+	if !strings.Contains(h.String(), "<h2>Randomized faults (soak)</h2>") {
+		t.Errorf("HTML report lacks the soak section")
+	}
+}

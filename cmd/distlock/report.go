@@ -278,6 +278,7 @@ var htmlTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"measured":    measured,
 	"deployments": deployments,
 	"faultCells":  faultCells,
+	"soakCells":   soakCells,
 	"noRows":      noRows,
 	"seq": func(n int) []int {
 		s := make([]int, n)
@@ -297,6 +298,8 @@ td,th{border:1px solid #ccc;padding:.2em .5em;text-align:right;white-space:nowra
 .rng{color:#666;font-size:.85em}
 .faults td:nth-child(-n+3),.faults th:nth-child(-n+3){text-align:left}
 .faults td:last-child,.faults th:last-child{text-align:left;white-space:normal;min-width:6em}
+.soak td:nth-child(-n+2),.soak th:nth-child(-n+2){text-align:left}
+.soak td:nth-child(n+7):nth-child(-n+9){text-align:left;white-space:normal;min-width:12em}
 th{background:#f4f4f4}
 td:first-child,th:first-child,td.l{text-align:left}
 td.w,th.w{white-space:normal;min-width:8em;text-align:left}
@@ -348,6 +351,14 @@ tr.g td{border-top:2px solid #999}
 <div class="scroll"><table class="faults"><tr>{{range $.FaultCols}}<th>{{.}}</th>{{end}}</tr>
 {{range .Rows}}<tr>{{range faultCells .}}<td{{if bad .}} class="err"{{end}}>{{.}}</td>{{end}}</tr>
 {{end}}</table></div>{{else}}<p class="note">{{noRows .}}</p>{{end}}
+{{end}}{{end}}
+{{with .Soak}}<h2>Randomized faults (soak)</h2>
+<p>{{$.SoakHead}}</p>
+<p class="note">{{$.SoakLegend}}</p>
+{{range $.SoakGroups}}<h3>{{.Family}}</h3>
+<div class="scroll"><table class="soak"><tr>{{range $.SoakCols}}<th>{{.}}</th>{{end}}</tr>
+{{range .Rows}}<tr>{{range soakCells .}}<td{{if bad .}} class="err"{{end}}>{{.}}</td>{{end}}</tr>
+{{end}}</table></div>
 {{end}}{{end}}{{end}}
 {{range .R.Notes}}<p class="note">note: {{.}}</p>{{end}}
 {{range .R.Backends}}{{$b := .Backend}}{{range .Errors}}<p class="err">error ({{$b}}): {{.}}</p>{{end}}{{end}}
@@ -371,6 +382,12 @@ func writeHTML(w io.Writer, rep *Report) error {
 		data["FaultLegend"] = faultLegend
 		data["FaultGroups"] = faultGroups(rep)
 		data["FaultCols"] = faultCols
+	}
+	if fm := rep.FaultMatrix; fm != nil && fm.Soak != nil {
+		data["SoakHead"] = soakHead(rep)
+		data["SoakLegend"] = soakLegend
+		data["SoakGroups"] = soakGroups(fm.Soak)
+		data["SoakCols"] = soakCols
 	}
 	return htmlTmpl.Execute(w, data)
 }

@@ -147,6 +147,8 @@ type Env struct {
 	extra   []Event // the history of a client the fault itself runs
 	Workers []*Worker
 	links   *links // nil unless the fault is a Link fault
+	// WorkerArgs are extra worker flags (-idle, -wait).
+	WorkerArgs []string
 }
 
 // record adds an event to the history of the fault's own client.
@@ -259,6 +261,7 @@ func startWorkers(t testing.TB, sh *Shared, env *Env, dir string, n int, bin str
 			"-log", w.log, "-status", w.status, "-id", strconv.Itoa(i),
 			"-ttl", tg.TTL.String(), "-think", think.String(),
 			"-seed", strconv.FormatUint(seed, 10), "-duration", "60m")
+		w.cmd.Args = append(w.cmd.Args, env.WorkerArgs...)
 		if environ != nil {
 			w.cmd.Env = append(os.Environ(), environ...)
 		}

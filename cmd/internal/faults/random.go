@@ -28,6 +28,9 @@ type RandomConfig struct {
 	// (recovery is checked in it).
 	Settle time.Duration
 	Think  time.Duration
+	// Idle bounds a worker's random sleep after each release (0: none),
+	// so that the key is free at times; Wait bounds each Acquire (0: 10 s).
+	Idle, Wait time.Duration
 	// Mutation, if set, is DISTLOCK_MUTATION for the workers, which then
 	// run the binary built with -tags distlock_mutations.
 	Mutation string
@@ -109,6 +112,12 @@ func RunRandom(t testing.TB, sh *Shared, tg *Target, cfg RandomConfig) RandomRow
 		t.Logf("logs in %s", dir)
 	}
 	env := &Env{Target: tg, Key: key, Guarded: true, Pool: sh.Pool}
+	if cfg.Idle > 0 {
+		env.WorkerArgs = append(env.WorkerArgs, "-idle", cfg.Idle.String())
+	}
+	if cfg.Wait > 0 {
+		env.WorkerArgs = append(env.WorkerArgs, "-wait", cfg.Wait.String())
+	}
 	if tg.proxyable {
 		env.links = newLinks()
 		t.Cleanup(env.links.close)
@@ -311,6 +320,24 @@ func (f *faulter) apply(ctx context.Context, st Step) Applied {
 		}
 		sleep(ctx, st.Dur)
 		rm()
+		a.End = Mono()
+	case KDropAll:
+		a.Start = Mono()
+		var undo []func()
+		for w := range f.env.links.proxies {
+			rm, err := f.toxicOn(w, -1, "timeout", `{"timeout":0}`, "downstream")
+			if err != nil {
+				for _, u := range undo {
+					u()
+				}
+				return fail("toxic: %v", err)
+			}
+			undo = append(undo, rm)
+		}
+		sleep(ctx, st.Dur)
+		for _, u := range undo {
+			u()
+		}
 		a.End = Mono()
 	case KPauseServer, KKillRestart:
 		if !f.claimServer(st.Target) {

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/distlock/distlock"
 )
 
 // The rules the randomized harness checks. Each violation names one.
@@ -19,6 +21,7 @@ const (
 	RuleLegit       = "d-legit-rejected"   // a guarded write refused while its lease stood
 	RuleRecovery    = "d-recovery"         // after the faults healed, the key sat free while waiters waited
 	RuleLeaseKept   = "d-lease-kept"       // a healthy holder lost its lease to a fault the backend tolerates
+	RuleStranded    = "d-stranded"         // a healthy waiter blocked on a key no lease held, past the faults, for longer than the give-back bound
 	RuleLossNotice  = "e-loss-notice"      // a stale holder's Done closed too late after another holder's grant
 	lossNoticeSlack = 300 * time.Millisecond
 )
@@ -108,15 +111,6 @@ type window struct {
 	start, end int64
 }
 
-func inWindow(ws []window, who int, t int64) (window, bool) {
-	for _, w := range ws {
-		if w.who == who && w.start <= t && t <= w.end {
-			return w, true
-		}
-	}
-	return window{}, false
-}
-
 func touches(ws []window, who int, a, b int64) bool {
 	for _, w := range ws {
 		if w.who == who && w.start <= b && a <= w.end {
@@ -131,7 +125,7 @@ type verdict struct {
 	Violations []Violation    // rules the mode claims, broken
 	Counted    map[string]int // every rule's breaks, claimed or not
 	// WorstLossNotice is the longest a stale holder's Done stayed open
-	// after another holder was granted (from its resume if paused).
+	// after another holder was granted (in the time its holder ran: its pauses left out).
 	WorstLossNotice time.Duration
 	// WorstRecovery is the longest from a fault's end to the next grant.
 	WorstRecovery time.Duration
@@ -169,6 +163,10 @@ func judgeRandom(evs [][]Event, c Check, tg *Target, m Mode, applied []Applied, 
 			degraded = append(degraded, window{a.Worker, a.Start, a.End})
 		case KBlackhole, KDelayLink, KDropReplies:
 			degraded = append(degraded, window{a.Worker, a.Start, a.End})
+		case KDropAll:
+			for w := range evs {
+				degraded = append(degraded, window{w, a.Start, a.End})
+			}
 		}
 	}
 
@@ -255,6 +253,7 @@ func judgeRandom(evs [][]Event, c Check, tg *Target, m Mode, applied []Applied, 
 		}
 		v.WorstRecovery = max(v.WorstRecovery, time.Duration(next-a.End))
 	}
+	stranded(evs, ls, tg, applied, degraded, stopT, add)
 	if tg.repairs {
 		for _, l := range ls {
 			if l.lost > 0 && !touches(degraded, l.worker, l.granted, l.lost) {
@@ -276,11 +275,16 @@ func judgeRandom(evs [][]Event, c Check, tg *Target, m Mode, applied []Applied, 
 			if b.worker == a.worker || b.granted <= a.granted || b.granted >= a.doneUntil {
 				continue
 			}
-			ref := b.granted
-			if w, ok := inWindow(paused, a.worker, b.granted); ok {
-				ref = w.end
+			// Counted in the time a's holder ran: less every pause of it
+			// between the grant and its Done (the faulter may pause a
+			// just-resumed holder again before its timers have run).
+			var stops []span
+			for _, w := range paused {
+				if w.who == a.worker {
+					stops = append(stops, span{w.start, w.end})
+				}
 			}
-			d := time.Duration(a.doneUntil - ref)
+			d := time.Duration(a.doneUntil - b.granted - overlap(union(stops, 0), b.granted, a.doneUntil))
 			v.WorstLossNotice = max(v.WorstLossNotice, d)
 			if d > allow {
 				add(RuleLossNotice, "%v still open %v after %v was granted (allowed %v)", a, d.Round(time.Millisecond), b, allow)
@@ -289,4 +293,130 @@ func judgeRandom(evs [][]Event, c Check, tg *Target, m Mode, applied []Applied, 
 		}
 	}
 	return v
+}
+
+// strandBound is how long a healthy waiter may wait while the key is free
+// (no lease holds it), counted from the end of the faults that overlap the
+// wait: the election or session timeout, 1 s, one renewal interval, and
+// the release timeout, within which the library gives back what an
+// ambiguous attempt (a lost reply, a reset connection) may have taken. A
+// lock stranded for a whole TTL (20 s in the mutation runs) is well past it.
+func strandBound(tg *Target) time.Duration {
+	return tg.Election + time.Second + tg.Renew + distlock.DefaultReleaseTimeout
+}
+
+// span is an interval of CLOCK_MONOTONIC ns.
+type span struct{ a, b int64 }
+
+// union sorts and merges spans, joining those less than gap apart.
+func union(ss []span, gap int64) []span {
+	ss = slices.Clone(ss)
+	slices.SortFunc(ss, func(x, y span) int { return cmpInt(x.a, y.a) })
+	var out []span
+	for _, s := range ss {
+		if n := len(out); n > 0 && s.a <= out[n-1].b+gap {
+			out[n-1].b = max(out[n-1].b, s.b)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// overlap is the total length of sorted, disjoint ss within [a, b].
+func overlap(ss []span, a, b int64) int64 {
+	var n int64
+	for _, s := range ss {
+		if lo, hi := max(s.a, a), min(s.b, b); hi > lo {
+			n += hi - lo
+		}
+	}
+	return n
+}
+
+// stranded checks d-stranded: a waiter unable to take a free key. For each
+// stretch a worker spends in Acquire (its attempts' [start, end], joined
+// across the short pause after a failed one) while not paused or cut off
+// itself, counted from the end of every fault overlapping the stretch, the
+// time the key was free — no lease granted and still valid, plus the
+// target's linger for a server-side lock that outlives its holder's
+// validity — must stay within strandBound. It sees, during the run and not
+// only after the last fault, a lock taken for nobody (an acquire whose
+// reply was lost and never given back) and an attempt refused by its own
+// give-back's tombstone (an owner reused across attempts).
+func stranded(evs [][]Event, ls []leaseRec, tg *Target, applied []Applied, degraded []window, stopT int64, add func(rule, format string, args ...any)) {
+	bound := int64(strandBound(tg))
+	var busy []span
+	for _, l := range ls {
+		busy = append(busy, span{l.granted, l.valid + int64(tg.Linger)})
+	}
+	busy = union(busy, 0)
+	var first int64 = math.MaxInt64
+	for _, we := range evs {
+		if len(we) > 0 {
+			first = min(first, we[0].T)
+		}
+	}
+	var free []span
+	at := first
+	for _, b := range busy {
+		if b.a > at {
+			free = append(free, span{at, b.a})
+		}
+		at = max(at, b.b)
+	}
+	if at < stopT {
+		free = append(free, span{at, stopT})
+	}
+	for w, we := range evs {
+		var waits []span
+		for _, e := range we {
+			if (e.Ev == "acquire" || e.Ev == "error" || e.Ev == "stopped") && e.T0 > 0 {
+				waits = append(waits, span{e.T0, min(e.T, stopT)})
+			}
+		}
+		var cut []span
+		for _, d := range degraded {
+			if d.who == w {
+				cut = append(cut, span{d.start, d.end})
+			}
+		}
+		cut = union(cut, 0)
+		for _, wt := range union(waits, int64(200*time.Millisecond)) {
+			// The healthy pieces of the wait, each from the end of the
+			// faults overlapping it.
+			pieces := []span{wt}
+			for _, c := range cut {
+				var next []span
+				for _, p := range pieces {
+					if c.b <= p.a || c.a >= p.b {
+						next = append(next, p)
+						continue
+					}
+					if c.a > p.a {
+						next = append(next, span{p.a, c.a})
+					}
+					if c.b < p.b {
+						next = append(next, span{c.b, p.b})
+					}
+				}
+				pieces = next
+			}
+			for _, p := range pieces {
+				from := p.a
+				for _, a := range applied {
+					if a.Skipped == "" && a.Start <= p.b && a.End >= p.a {
+						from = max(from, a.End)
+					}
+				}
+				if from >= p.b {
+					continue
+				}
+				if n := overlap(free, from, p.b); n > bound {
+					add(RuleStranded, "w%d waited %.3fs–%.3fs, %v of it on a free key (no lease held it) after the faults there had ended (bound: election/session %v + 1s + renew + release timeout %v)",
+						w, float64(from)/1e9, float64(p.b)/1e9, time.Duration(n).Round(time.Millisecond), tg.Election, distlock.DefaultReleaseTimeout)
+				}
+			}
+		}
+	}
 }

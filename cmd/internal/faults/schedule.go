@@ -20,10 +20,14 @@ const (
 	KDelayLink   Kind = "delay-link"       // latency on one worker's link to one server (one connection slow, others not)
 	KClockJump   Kind = "clock-jump"       // Redlock: the holder's key expires early on one node (DEL)
 	KDropReplies Kind = "drop-replies"     // one worker's replies dropped (requests still land): lost acquire replies
+	// KDropAll drops every worker's replies at once (requests still land):
+	// every attempt under way is ambiguous at the same time, so whether the
+	// key is free afterwards rests on the give-backs alone.
+	KDropAll Kind = "drop-replies-all"
 )
 
 // AllKinds lists every kind the generator knows.
-var AllKinds = []Kind{KPauseHolder, KPauseServer, KKillRestart, KBlackhole, KDelayLink, KClockJump, KDropReplies}
+var AllKinds = []Kind{KPauseHolder, KPauseServer, KKillRestart, KBlackhole, KDelayLink, KClockJump, KDropReplies, KDropAll}
 
 // Mode of a randomized run.
 type Mode string
@@ -60,6 +64,8 @@ func (s Step) String() string {
 		if s.Kind == KDropReplies {
 			tgt = fmt.Sprintf("worker %d (replies)", s.Target)
 		}
+	} else if s.Kind == KDropAll {
+		tgt = "every worker (replies)"
 		if s.Kind == KDelayLink {
 			tgt = fmt.Sprintf("worker %d→server %d, %v each way", s.Target, s.Server, s.Param)
 		}
@@ -103,6 +109,11 @@ type GenOptions struct {
 	// longer than the gap overlap.
 	MeanGap time.Duration
 	Warmup  time.Duration
+	// LinkDur, when set, is the [min, max] duration of link faults
+	// (blackhole-holder, drop-replies, drop-replies-all) instead of each
+	// kind's default range; the draws are the same, so a seed's schedule
+	// keeps its shape.
+	LinkDur [2]time.Duration
 }
 
 // restartCost is the time a kill-restart keeps a server from serving,
@@ -121,7 +132,7 @@ func applicable(k Kind, tg *Target, m Mode) bool {
 	switch k {
 	case KPauseHolder:
 		return true
-	case KBlackhole, KDelayLink, KDropReplies:
+	case KBlackhole, KDelayLink, KDropReplies, KDropAll:
 		return tg.proxyable
 	case KPauseServer:
 		// Within: a minority of a cluster; never a single server.
@@ -156,6 +167,12 @@ func Generate(seed uint64, tg *Target, m Mode, o GenOptions) Schedule {
 		return sc
 	}
 	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
+	linkDur := func(lo, hi time.Duration) time.Duration {
+		if o.LinkDur[1] > 0 {
+			lo, hi = o.LinkDur[0], o.LinkDur[1]
+		}
+		return between(lo, hi)
+	}
 	// Server fault windows (start, end incl. recovery), for the tolerance.
 	type win struct {
 		server     int
@@ -176,7 +193,7 @@ func Generate(seed uint64, tg *Target, m Mode, o GenOptions) Schedule {
 			// Longer than the TTL (renewal included), up to three TTLs.
 			st.Dur = between(tg.TTL+tg.TTL/2, 3*tg.TTL)
 		case KBlackhole:
-			st.Dur = between(tg.TTL/2, 3*tg.TTL)
+			st.Dur = linkDur(tg.TTL/2, 3*tg.TTL)
 		case KDelayLink:
 			st.Target, st.Server = rng.IntN(cellWorkers), rng.IntN(n)
 			st.Dur = between(500*time.Millisecond, 3*time.Second)
@@ -185,7 +202,9 @@ func Generate(seed uint64, tg *Target, m Mode, o GenOptions) Schedule {
 			st.Target = rng.IntN(n)
 		case KDropReplies:
 			st.Target = rng.IntN(cellWorkers)
-			st.Dur = between(500*time.Millisecond, 3*time.Second) // beyond go-redis's own retries
+			st.Dur = linkDur(500*time.Millisecond, 3*time.Second) // beyond go-redis's own retries
+		case KDropAll:
+			st.Dur = linkDur(500*time.Millisecond, 3*time.Second)
 		case KPauseServer, KKillRestart:
 			st.Target = rng.IntN(n)
 			if k == KPauseServer {

@@ -16,7 +16,7 @@ type Event struct {
 	T0     int64  `json:"t0,omitempty"`     // CLOCK_MONOTONIC ns when the operation started
 	TW     int64  `json:"tw,omitempty"`     // write: CLOCK_MONOTONIC ns just before the UPDATE was sent
 	Worker int    `json:"w"`                // worker id
-	Ev     string `json:"ev"`               // acquire, release, write, lost, cont, error, start, exit
+	Ev     string `json:"ev"`               // acquire, release, write, lost, cont, error, stopped (an Acquire cut short by SIGTERM), start, exit
 	Token  int64  `json:"tok,omitempty"`    // fencing token of the lease involved
 	Holder string `json:"holder,omitempty"` // acquire, write: the lease's Fence().Holder
 	Read   int64  `json:"read,omitempty"`   // counter value read (write)

@@ -116,7 +116,7 @@ type Row struct {
 	Violations map[string]int `json:"violations,omitempty"`
 	Counted    map[string]int `json:"counted,omitempty"`
 	// WorstLossNoticeMs is the longest a superseded lease's Done stayed open
-	// after another holder's grant (from its resume if it was paused);
+	// after another holder's grant (in the time its holder ran: pauses left out);
 	// WorstRecoveryMs the longest from a fault's end to the next grant.
 	WorstLossNoticeMs *float64 `json:"worst_loss_notice_ms,omitempty"`
 	WorstRecoveryMs   *float64 `json:"worst_recovery_ms,omitempty"`

@@ -92,15 +92,17 @@ func main() {
 		ttl      = flag.Duration("ttl", time.Second, "lease TTL")
 		think    = flag.Duration("think", 40*time.Millisecond, "upper bound of each random sleep (after acquire, between read and write)")
 		seed     = flag.Uint64("seed", 1, "random seed")
+		wait     = flag.Duration("wait", 10*time.Second, "bound of each Acquire")
+		idle     = flag.Duration("idle", 0, "upper bound of a random sleep after each release (0: none), so the key is free at times")
 	)
 	flag.Parse()
-	if err := run(*url, *key, *dsn, *mode, *logPath, *status, *id, *ops, *duration, *ttl, *think, *seed); err != nil {
+	if err := run(*url, *key, *dsn, *mode, *logPath, *status, *id, *ops, *duration, *ttl, *think, *wait, *idle, *seed); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
 }
 
-func run(url, key, dsn, mode, logPath, status string, id, ops int, duration, ttl, think time.Duration, seed uint64) error {
+func run(url, key, dsn, mode, logPath, status string, id, ops int, duration, ttl, think, wait, idle time.Duration, seed uint64) error {
 	if url == "" || key == "" || dsn == "" || logPath == "" || status == "" {
 		return errors.New("-url, -key, -dsn, -log and -status are required")
 	}
@@ -152,12 +154,14 @@ func run(url, key, dsn, mode, logPath, status string, id, ops int, duration, ttl
 		if ctx.Err() != nil {
 			return nil
 		}
-		actx, acancel := context.WithTimeout(ctx, 10*time.Second)
+		actx, acancel := context.WithTimeout(ctx, wait)
 		t0 := mono()
 		lease, err := locker.Acquire(actx, key)
 		acancel()
 		if err != nil {
 			if ctx.Err() != nil {
+				// The attempt was waiting until told to stop.
+				rec.log(Event{Ev: "stopped", T0: t0})
 				return nil
 			}
 			rec.log(Event{Ev: "error", T0: t0, Err: "acquire: " + err.Error()})
@@ -220,6 +224,9 @@ func run(url, key, dsn, mode, logPath, status string, id, ops int, duration, ttl
 			rel.Err = err.Error()
 		}
 		rec.log(rel)
+		if idle > 0 {
+			time.Sleep(time.Duration(rng.Int64N(int64(idle) + 1)))
+		}
 	}
 	return nil
 }

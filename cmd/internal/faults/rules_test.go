@@ -1,0 +1,107 @@
+package faults
+
+import (
+	"testing"
+	"time"
+
+	"github.com/distlock/distlock"
+)
+
+// TestStrandedRule: a waiter that spends longer than strandBound on a free
+// key, after the faults there ended, breaks d-stranded; one that waits as
+// long on a held key, or on a free key while a fault lasts, does not.
+func TestStrandedRule(t *testing.T) {
+	s := int64(time.Second)
+	tg := &Target{Backend: "redis", TTL: 20 * time.Second, Renew: time.Second, Linger: 500 * time.Millisecond}
+	bound := int64(strandBound(tg))
+	ev := func(w int, kind string, tok, t0, t int64) Event {
+		return Event{Worker: w, Ev: kind, Token: tok, T0: t0, T: t}
+	}
+	// Worker 0 holds at 1–2 s; worker 1 tries from 3 s and is granted at
+	// 3 s + bound + 2 s: the key was free all along (a lock stranded for
+	// nobody) — unless a fault ended late enough.
+	stopT := 3*s + bound + 4*s
+	evs := [][]Event{
+		{ev(0, "start", 0, 0, s/2), ev(0, "acquire", 1, s, s), ev(0, "release", 1, 2*s, 2*s+1), ev(0, "exit", 0, 0, stopT)},
+		{ev(1, "start", 0, 0, s/2), ev(1, "acquire", 2, 3*s, 3*s+bound+2*s), ev(1, "release", 2, 3*s+bound+3*s, 3*s+bound+3*s+1), ev(1, "exit", 0, 0, stopT)},
+	}
+	judge := func(applied []Applied, evs [][]Event) map[string]int {
+		return judgeRandom(evs, check(evs, 0, stopT), tg, Within, applied, stopT).Counted
+	}
+	if n := judge(nil, evs)[RuleStranded]; n != 1 {
+		t.Errorf("free key for bound+2s: d-stranded %d, want 1", n)
+	}
+	// A fault (on another worker) until 3 s + 3 s: the free time after it
+	// is bound-1s, within the bound.
+	fault := []Applied{{Step: Step{Kind: KDropReplies}, Start: 2 * s, End: 6 * s, Worker: 0}}
+	if n := judge(fault, evs)[RuleStranded]; n != 0 {
+		t.Errorf("free key mostly under a fault: d-stranded %d, want 0", n)
+	}
+	// The same wait, but worker 0 holds the key all along: not stranded.
+	held := [][]Event{
+		{ev(0, "start", 0, 0, s/2), ev(0, "acquire", 1, s, s), ev(0, "release", 1, 3*s+bound+2*s-1, 3*s+bound+2*s), ev(0, "exit", 0, 0, stopT)},
+		evs[1],
+	}
+	if n := judge(nil, held)[RuleStranded]; n != 0 {
+		t.Errorf("waiting on a held key: d-stranded %d, want 0", n)
+	}
+	// An attempt cut short by the end of the run counts too.
+	stopped := [][]Event{
+		evs[0],
+		{ev(1, "start", 0, 0, s/2), ev(1, "stopped", 0, 3*s, stopT), ev(1, "exit", 0, 0, stopT)},
+	}
+	if n := judge(nil, stopped)[RuleStranded]; n != 1 {
+		t.Errorf("stopped attempt on a free key: d-stranded %d, want 1", n)
+	}
+}
+
+// TestGenerateLinkDur: LinkDur replaces the link faults' durations without
+// moving the schedule (same starts, kinds and targets).
+func TestGenerateLinkDur(t *testing.T) {
+	tg := &Target{Backend: "redis", TTL: time.Second, Renew: time.Second / 3, proxyable: true}
+	o := GenOptions{Warmup: 500 * time.Millisecond, Span: 10 * time.Second, Kinds: []Kind{KDropReplies, KDropAll, KBlackhole, KPauseHolder}}
+	a := Generate(5, tg, Within, o)
+	o.LinkDur = [2]time.Duration{2 * time.Second, 4 * time.Second}
+	b := Generate(5, tg, Within, o)
+	if len(a.Steps) == 0 || len(a.Steps) != len(b.Steps) {
+		t.Fatalf("%d vs %d steps", len(a.Steps), len(b.Steps))
+	}
+	for i := range a.Steps {
+		x, y := a.Steps[i], b.Steps[i]
+		if x.At != y.At || x.Kind != y.Kind || x.Target != y.Target {
+			t.Fatalf("step %d moved: %v vs %v", i, x, y)
+		}
+		if y.Kind != KPauseHolder && (y.Dur < 2*time.Second || y.Dur > 4*time.Second) {
+			t.Errorf("step %d: %v outside LinkDur", i, y)
+		}
+	}
+}
+
+// TestLossNoticeCountsRunningTime: a superseded holder's Done is timed in
+// the time it ran after the other's grant; a holder paused again right
+// after its resume (before its timers ran) is not late, one that ran on
+// without noticing is.
+func TestLossNoticeCountsRunningTime(t *testing.T) {
+	ms := int64(time.Millisecond)
+	tg := &Target{Backend: "redis", TTL: time.Second, Renew: time.Second / 3, Linger: 500 * time.Millisecond,
+		Guarantees: distlock.Guarantees{Backend: "redis"}}
+	stopT := 8000 * ms
+	evs := [][]Event{
+		{{Worker: 0, Ev: "start", T: 500 * ms}, {Worker: 0, Ev: "acquire", Token: 1, T0: 1000 * ms, T: 1000 * ms},
+			{Worker: 0, Ev: "lost", Token: 1, T: 5710 * ms, Exp: 2000 * ms}, {Worker: 0, Ev: "release", Token: 1, T0: 5720 * ms, T: 5721 * ms}},
+		{{Worker: 1, Ev: "start", T: 500 * ms}, {Worker: 1, Ev: "acquire", Token: 2, T0: 1100 * ms, T: 2200 * ms},
+			{Worker: 1, Ev: "release", Token: 2, T0: 2300 * ms, T: 2301 * ms}},
+	}
+	pause := func(a, b int64) Applied {
+		return Applied{Step: Step{Kind: KPauseHolder}, Start: a * ms, End: b * ms, Worker: 0}
+	}
+	judge := func(applied []Applied) int {
+		return judgeRandom(evs, check(evs, 0, stopT), tg, Within, applied, stopT).Counted[RuleLossNotice]
+	}
+	if n := judge([]Applied{pause(1500, 3000), pause(3001, 5700)}); n != 0 {
+		t.Errorf("paused again at once after its resume: e-loss-notice %d, want 0", n)
+	}
+	if n := judge([]Applied{pause(1500, 3000)}); n != 1 {
+		t.Errorf("ran 2.7 s after its resume without noticing: e-loss-notice %d, want 1", n)
+	}
+}
