@@ -28,7 +28,12 @@
 // whose process crashed — frees on the server when its lease runs out. No
 // background keep-alive runs for held locks; a Locker-wide lease kept alive by
 // the client would keep a lock its holder stopped refreshing held for as long
-// as the process lives. Leases are recycled: a released lock's lease serves
+// as the process lives. Renewal is batched instead: the locks that fall due
+// together (WithAutoRenew, Do) are refreshed with one call (RefreshBatch),
+// whose keep-alives go pipelined on a few lease streams (16 to a stream, the
+// streams side by side) and whose ownership checks go 64 to a transaction,
+// so renewing thousands of locks costs a few round trips, and no goroutine,
+// per interval. Leases are recycled: a released lock's lease serves
 // the next acquire with the same TTL while it still has that TTL left, so an
 // uncontended acquire on a warm Locker is one round trip. A waiting Acquire
 // keeps its own lease alive while it waits, and the server forgets a waiter
@@ -53,9 +58,15 @@
 // (a new leader extends leases, never shortens them). Mutual exclusion does
 // not depend on clocks; a holder's belief that it still holds the lock
 // depends on its clock rate, as with every lease — check tokens at the
-// resource. With WithLossWatch (the default) each lock held longer than
-// 100 ms watches its own key and Lease.Done closes soon after the key is
-// deleted (lease revoked or expired, or key removed by hand).
+// resource. With WithLossWatch (the default) Lease.Done closes soon after a
+// lock's key is deleted (lease revoked or expired, or key removed by hand):
+// one watch on the whole prefix, made with the Locker's first lock, serves
+// every lock of the Locker. Each lock is registered with it before its key
+// is created, so a deletion right after the grant is not missed. A watch
+// that breaks is made again from the revision after the last one it saw; if
+// that revision was compacted away, or before the first watch is up, the
+// keys of the locks registered meanwhile are read once the new watch is up,
+// and those found deleted are reported.
 //
 // Not guaranteed: RetryAfter in a failed TryAcquire is not filled in (it
 // would cost a round trip); a waiter that cannot delete its key when its

@@ -9,6 +9,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -54,12 +55,15 @@ func newBackend(cli *clientv3.Client, owns bool, opts []distlock.Option) (*backe
 	prefix := driver.BackendValueOr[string](o, prefixKey{}, DefaultPrefix)
 	loss := driver.BackendValueOr[bool](o, lossWatchKey{}, true)
 	life, stop := context.WithCancel(context.Background())
-	return &backend{
+	b := &backend{
 		cli: cli, owns: owns, prefix: prefix, lossWatch: loss,
 		tolerated: (len(cli.Endpoints()) - 1) / 2,
 		life:      life, stop: stop,
 		spares: map[int64][]*lease{},
-	}, nil
+	}
+	b.leases = clientv3.RetryLeaseClient(cli)
+	b.loss = &watcher{b: b, keys: map[string]*handle{}, unsure: map[string]*handle{}}
+	return b, nil
 }
 
 // backend implements driver.Backend, with a server-side queue (Lock).
@@ -71,9 +75,12 @@ type backend struct {
 	lossWatch bool
 	tolerated int
 
-	life context.Context // ends at Close; parent of the loss watches
+	life context.Context // ends at Close; parent of the loss watch
 	stop context.CancelFunc
-	wg   sync.WaitGroup // loss-watch goroutines
+	wg   sync.WaitGroup // the loss watch's goroutine
+	loss *watcher
+	// leases is the raw lease API, for pipelined keep-alives (RefreshBatch).
+	leases pb.LeaseClient
 
 	mu     sync.Mutex
 	closed bool
@@ -105,7 +112,7 @@ func (b *backend) Guarantees() distlock.Guarantees {
 	}
 }
 
-// Close stops the loss watches, revokes the recycled leases (best effort,
+// Close stops the loss watch, revokes the recycled leases (best effort,
 // bounded) and closes the client if the backend made it (Open). Locks still
 // held keep their leases until they expire.
 func (b *backend) Close() error {
@@ -122,6 +129,7 @@ func (b *backend) Close() error {
 	b.spares = nil
 	b.mu.Unlock()
 
+	b.loss.close()
 	b.stop()
 	b.wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)

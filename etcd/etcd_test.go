@@ -32,7 +32,7 @@ func newClient(t testing.TB, endpoints []string) *clientv3.Client {
 	return cli
 }
 
-// crash makes b behave like a dead process: its loss watches stop and its
+// crash makes b behave like a dead process: its loss watch stops and its
 // connection closes, without revoking any lease, so the server keeps its
 // locks until their leases expire. (Conformance's Crashable, on top, makes
 // the portable layer's calls fail.)
@@ -41,6 +41,7 @@ func (b *backend) crash() {
 	owns := b.owns
 	b.owns = false // Close must not close the client a second time
 	b.mu.Unlock()
+	b.loss.close()
 	b.stop()
 	b.wg.Wait()
 	if owns {

@@ -11,24 +11,28 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// handle is the backend's state of one held lock; it is Grant.Handle.
+// handle is the backend's state of one lock attempt, then of the lock held;
+// it is Grant.Handle. It is made, and registered with the loss watch, before
+// the attempt creates its key.
 type handle struct {
-	key string // the etcd key: queue + owner
-	rev int64  // its CreateRevision: the token
+	key      string   // the etcd key: queue + owner
+	w        *watcher // the loss watch it is registered with, or nil
+	rev      int64    // its CreateRevision, the token; 0 until created (under mu until granted)
+	lost     context.Context
+	shutLost context.CancelFunc
 
 	mu        sync.Mutex
 	lease     *lease
 	state     handleState
-	gone      bool            // the loss watch saw the key deleted
-	lost      context.Context // Grant.Lost
-	shutLost  context.CancelFunc
-	stopWatch context.CancelFunc
+	deletedAt int64 // the loss watch saw the key deleted at this revision
+	missingAt int64 // a check found the key absent at this revision
 }
 
 type handleState int
 
 const (
-	held handleState = iota
+	pending handleState = iota // the attempt is under way
+	held
 	releasing
 	ended
 )
@@ -53,27 +57,41 @@ func (h *handle) As(target any) bool {
 	return false
 }
 
-// end marks the lock over and stops its watch.
+// end marks the lock (or the attempt) over and unregisters it from the
+// loss watch.
 func (h *handle) end() {
 	h.mu.Lock()
 	h.state = ended
-	stop := h.stopWatch
 	h.mu.Unlock()
-	if stop != nil {
-		stop()
+	if h.w != nil {
+		h.w.remove(h)
 	}
 }
 
-// grant builds the Grant of a lock now owned; start is when the round trip
-// (or watch event) that confirmed ownership began (arrived), watchFrom a
-// revision at which the key was known to exist.
-func (b *backend) grant(req driver.Request, key string, rev, watchFrom int64, l *lease, start time.Time) driver.Grant {
-	h := &handle{key: key, rev: rev, lease: l}
+// newHandle makes the handle of an attempt on key and registers it with the
+// loss watch: before the key exists, so that no deletion of it can be missed.
+func (b *backend) newHandle(key string) *handle {
+	h := &handle{key: key}
 	h.lost, h.shutLost = context.WithCancel(context.Background())
+	if b.lossWatch && b.loss.add(h) {
+		h.w = b.loss
+	}
+	return h
+}
+
+// grant builds the Grant of a lock now owned: h's key was created at rev on
+// lease l; start is when the round trip (or watch event) that confirmed
+// ownership began (arrived). If the loss watch already saw the key go, Lost
+// is done at once.
+func (b *backend) grant(req driver.Request, h *handle, rev int64, l *lease, start time.Time) driver.Grant {
+	h.mu.Lock()
+	h.rev, h.lease, h.state = rev, l, held
+	h.reportLocked()
+	h.mu.Unlock()
 	// Zero would mean "the requested TTL" to the portable layer.
 	validity := max(min(req.TTL, l.left(start)), time.Nanosecond)
 	g := driver.Grant{Token: distlock.Token(rev), Validity: validity, Start: start, Handle: h}
-	if b.lossWatch && b.watchLoss(h, watchFrom) {
+	if h.w != nil {
 		g.Lost = h.lost
 	}
 	return g
@@ -88,6 +106,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	}
 	q := b.queue(req.Key)
 	me := q + req.Owner
+	h := b.newHandle(me)
 	start := time.Now()
 	resp, err := b.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(q), "=", 0).WithPrefix()).
@@ -103,7 +122,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 		return driver.Grant{}, &distlock.HeldError{Key: req.Key}
 	}
 	rev := resp.Header.Revision // a one-write txn: the key's CreateRevision
-	return b.grant(req, me, rev, rev+1, l, start), nil
+	return b.grant(req, h, rev, l, start), nil
 }
 
 func handleOf(g driver.Grant) (*handle, error) {
@@ -202,9 +221,7 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	if err != nil {
 		h.mu.Lock()
 		h.state = held
-		if h.gone {
-			h.shutLost() // deleted meanwhile, by us or not: report it
-		}
+		h.reportLocked() // deleted meanwhile, by us or not: report it
 		h.mu.Unlock()
 		return fmt.Errorf("etcd: deleting %q: %w", h.key, err)
 	}

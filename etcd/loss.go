@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/distlock/distlock/driver"
@@ -9,54 +10,253 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// lossWatchDelay is how long a lock is held before its loss watch is made; a
-// deletion in that time is reported once it is.
-const lossWatchDelay = 100 * time.Millisecond
+const (
+	// restartMin and restartMax bound the pause before the loss watch is
+	// made again after it broke (doubling while it keeps failing).
+	restartMin = 50 * time.Millisecond
+	restartMax = time.Second
+	// checkChunk is how many keys one check transaction reads (etcd's
+	// default --max-txn-ops is 128).
+	checkChunk = 128
+	// checkTimeout bounds one check transaction.
+	checkTimeout = 5 * time.Second
+)
 
-// markGone is the loss watch's report that the key was deleted.
-func (h *handle) markGone() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.gone = true
-	if h.state == held {
-		h.shutLost()
+// watcher is the backend's loss watch: one etcd watch on the whole prefix
+// (deletions only), started with the first lock, that hands each deletion
+// to the handle of that key, if it has one. A handle is registered before
+// its key is created, so that no deletion of the key can come before it.
+//
+// It misses nothing: while covered, the watch (or its successor, made again
+// from the revision after the last one it handed over) hears every revision
+// from before the registration of every handle on. When it cannot be made
+// from there (compacted), and before the first watch is up, handles are
+// marked unsure; once a new watch is up, a read of each unsure key settles
+// whether it was deleted in the gap.
+type watcher struct {
+	b *backend
+	// beforeWatch, if set (by tests), runs before each watch is made.
+	beforeWatch func()
+
+	// mu guards the fields below; a handle's own mu is taken inside it.
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	covered bool  // the watch hears every revision after seen, or will
+	seen    int64 // every deletion up to seen was handed over
+	keys    map[string]*handle
+	unsure  map[string]*handle // to read once the watch is up
+	cancel  context.CancelFunc // ends the current watch (tests break it)
+}
+
+// add registers h, whose key is about to be created; false if the backend
+// is closing (then nothing reports h's loss).
+func (w *watcher) add(h *handle) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return false
+	}
+	if !w.started {
+		w.started = true
+		w.b.wg.Add(1)
+		go w.run()
+	}
+	w.keys[h.key] = h
+	if !w.covered {
+		w.unsure[h.key] = h
+	}
+	return true
+}
+
+// remove unregisters h (released, or its attempt failed).
+func (w *watcher) remove(h *handle) {
+	w.mu.Lock()
+	if w.keys[h.key] == h {
+		delete(w.keys, h.key)
+		delete(w.unsure, h.key)
+	}
+	w.mu.Unlock()
+}
+
+// close stops new registrations; the caller then ends b.life and waits.
+func (w *watcher) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+}
+
+// run is the watch's goroutine: it makes the watch, and makes it again
+// whenever it breaks, until the backend closes.
+func (w *watcher) run() {
+	defer w.b.wg.Done()
+	pause := restartMin
+	for {
+		if w.beforeWatch != nil {
+			w.beforeWatch()
+		}
+		if w.watch() {
+			pause = restartMin
+		}
+		if w.b.life.Err() != nil {
+			return
+		}
+		if driver.Sleep(w.b.life, pause) != nil {
+			return
+		}
+		pause = min(2*pause, restartMax)
 	}
 }
 
-// watchLoss starts h's loss watch from revision from; false if the backend
-// is closed.
-func (b *backend) watchLoss(h *handle, from int64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return false
+// watch runs one etcd watch until it breaks; true if it was up.
+func (w *watcher) watch() (up bool) {
+	w.mu.Lock()
+	var from int64
+	if w.covered {
+		from = w.seen + 1
 	}
-	ctx, cancel := context.WithCancel(b.life)
-	h.stopWatch = cancel
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		defer cancel()
-		// Short holds never pay for a watch: it is made only once the lock
-		// has been held a little while. Starting at from, it misses nothing
-		// that happened meanwhile. (Watch also blocks for a round trip,
-		// which this keeps off the acquire's path.)
-		if driver.Sleep(ctx, lossWatchDelay) != nil {
-			return
+	w.mu.Unlock()
+	// WithRequireLeader: a member cut off from the leader ends the watch
+	// instead of leaving it silent; it is then made again, elsewhere.
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(w.b.life))
+	defer cancel()
+	w.mu.Lock()
+	w.cancel = cancel
+	w.mu.Unlock()
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut(),
+		clientv3.WithCreatedNotify(), clientv3.WithProgressNotify()}
+	if from > 0 {
+		opts = append(opts, clientv3.WithRev(from))
+	}
+	for wr := range w.b.cli.Watch(ctx, w.b.prefix+"/", opts...) {
+		if wr.CompactRevision != 0 {
+			// The revisions after seen are gone: start afresh and read
+			// every key watched.
+			w.lostTrack()
+			return up
 		}
-		wch := b.cli.Watch(ctx, h.key, clientv3.WithRev(from), clientv3.WithFilterPut())
-		for wr := range wch {
-			if wr.Err() != nil {
-				// Compacted or cancelled: Refresh still catches a loss.
-				return
+		if wr.Err() != nil {
+			return up // made again from seen+1
+		}
+		if wr.Created {
+			up = true
+			if from == 0 {
+				w.mu.Lock()
+				w.covered, w.seen = true, wr.Header.Revision
+				w.mu.Unlock()
 			}
-			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE {
-					h.markGone()
-					return
-				}
+			if w.check(ctx) != nil {
+				return up // checked again once the watch is back
+			}
+			continue
+		}
+		var last int64
+		for _, ev := range wr.Events {
+			last = ev.Kv.ModRevision
+			if ev.Type != mvccpb.DELETE {
+				continue
+			}
+			w.mu.Lock()
+			h := w.keys[string(ev.Kv.Key)]
+			w.mu.Unlock()
+			if h != nil {
+				h.deleted(ev.Kv.ModRevision)
 			}
 		}
-	}()
-	return true
+		if wr.IsProgressNotify() {
+			last = wr.Header.Revision
+		}
+		w.mu.Lock()
+		w.seen = max(w.seen, last)
+		w.mu.Unlock()
+	}
+	return up
+}
+
+// lostTrack marks every handle unsure after a gap in the watch.
+func (w *watcher) lostTrack() {
+	w.mu.Lock()
+	w.covered, w.seen = false, 0
+	for k, h := range w.keys {
+		w.unsure[k] = h
+	}
+	w.mu.Unlock()
+}
+
+// check reads the unsure keys, the watch being up (so that a deletion
+// after the read is heard): a key absent at the read's revision was
+// deleted if it had been created by then.
+func (w *watcher) check(ctx context.Context) error {
+	for {
+		w.mu.Lock()
+		var hs []*handle
+		for _, h := range w.unsure {
+			hs = append(hs, h)
+			if len(hs) == checkChunk {
+				break
+			}
+		}
+		w.mu.Unlock()
+		if len(hs) == 0 {
+			return nil
+		}
+		ops := make([]clientv3.Op, len(hs))
+		for i, h := range hs {
+			ops[i] = clientv3.OpGet(h.key, clientv3.WithKeysOnly())
+		}
+		cctx, cancel := context.WithTimeout(ctx, checkTimeout)
+		resp, err := w.b.cli.Txn(cctx).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			return err
+		}
+		at := resp.Header.Revision
+		for i, h := range hs {
+			var created int64
+			if kvs := resp.Responses[i].GetResponseRange().GetKvs(); len(kvs) > 0 {
+				created = kvs[0].CreateRevision
+			}
+			h.read(at, created)
+		}
+		w.mu.Lock()
+		for _, h := range hs {
+			if w.unsure[h.key] == h {
+				delete(w.unsure, h.key)
+			}
+		}
+		w.mu.Unlock()
+	}
+}
+
+// deleted records the watch's report that h's key was deleted at rev.
+func (h *handle) deleted(rev int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.deletedAt = max(h.deletedAt, rev)
+	h.reportLocked()
+}
+
+// read records a check: at revision at, the key had CreateRevision created
+// (0: it did not exist).
+func (h *handle) read(at, created int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if created == 0 || (h.rev != 0 && created != h.rev) {
+		h.missingAt = max(h.missingAt, at)
+	}
+	h.reportLocked()
+}
+
+// goneLocked: the key is known deleted since it was created. Before the
+// create's reply (rev 0) nothing is known; a report older than the create
+// is of an earlier attempt's key.
+func (h *handle) goneLocked() bool {
+	return h.rev != 0 && (h.deletedAt > h.rev || h.missingAt >= h.rev)
+}
+
+// reportLocked closes Lost if the held lock is known gone.
+func (h *handle) reportLocked() {
+	if h.state == held && h.goneLocked() {
+		h.shutLost()
+	}
 }

@@ -24,11 +24,12 @@ func WithPrefix(prefix string) distlock.Option {
 	return driver.BackendOption("etcd", "WithPrefix", prefixKey{}, p)
 }
 
-// WithLossWatch turns on (the default) or off the watch each held lock keeps
-// on its own key, which closes Lease.Done soon after the key is deleted
-// (lease revoked or expired): within a round trip, or about 100 ms for a lock
-// acquired less than 100 ms earlier (the watch is made only after that, so
-// short holds do not pay for it). Without it a loss is noticed at the next
+// WithLossWatch turns on (the default) or off the loss watch, which closes
+// Lease.Done soon after a held lock's key is deleted (lease revoked or
+// expired, key removed by hand): within a round trip of the deletion. It is
+// one etcd watch on the prefix for all the locks of the Locker (made with
+// the first lock); it hears every deletion under the prefix, other
+// processes' releases included. Without it a loss is noticed at the next
 // refresh or at the local deadline.
 func WithLossWatch(on bool) distlock.Option {
 	return driver.BackendOption("etcd", "WithLossWatch", lossWatchKey{}, on)

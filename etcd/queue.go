@@ -29,6 +29,17 @@ func (b *backend) Lock(ctx context.Context, req driver.Request) (driver.Grant, e
 	}
 	q := b.queue(req.Key)
 	me := q + req.Owner
+	h := b.newHandle(me)
+	g, err := b.lock(ctx, req, q, h, l)
+	if err != nil {
+		h.end()
+	}
+	return g, err
+}
+
+// lock is Lock once the attempt's handle is made; h ends if it fails.
+func (b *backend) lock(ctx context.Context, req driver.Request, q string, h *handle, l *lease) (driver.Grant, error) {
+	me := h.key
 	start := time.Now()
 	// One round trip: create our key, read the owner (lowest CreateRevision)
 	// and our predecessor (the two newest keys are us and it).
@@ -51,10 +62,10 @@ func (b *backend) Lock(ctx context.Context, req driver.Request) (driver.Grant, e
 		return driver.Grant{}, err
 	}
 	if string(owner[0].Key) == me {
-		return b.grant(req, me, rev, rev+1, l, start), nil
+		return b.grant(req, h, rev, l, start), nil
 	}
 	pos := position{pred: string(newest[1].Key), predIsOwner: string(newest[1].Key) == string(owner[0].Key), from: rev + 1}
-	g, err := b.wait(ctx, req, q, me, rev, l, pos)
+	g, err := b.wait(ctx, req, q, h, rev, l, pos)
 	if err != nil {
 		if !errors.Is(err, errKeyGone) {
 			b.abandon(ctx, me, l, err)
@@ -76,7 +87,8 @@ var errKeyGone = errors.New("etcd: our queue key disappeared while waiting (its 
 
 // wait waits in the queue until we own the lock or ctx ends. It keeps the
 // waiter's lease alive and follows its predecessors until none is left.
-func (b *backend) wait(ctx context.Context, req driver.Request, q, me string, rev int64, l *lease, pos position) (driver.Grant, error) {
+func (b *backend) wait(ctx context.Context, req driver.Request, q string, h *handle, rev int64, l *lease, pos position) (driver.Grant, error) {
+	me := h.key
 	// Renew before a third of the lease has gone, or sooner if a recycled
 	// lease has less left than that.
 	ka := time.NewTimer(min(l.period()/3, l.left(time.Now())/2))
@@ -87,7 +99,7 @@ func (b *backend) wait(ctx context.Context, req driver.Request, q, me string, re
 			return driver.Grant{}, err
 		}
 		if next.owner {
-			return b.owned(ctx, req, me, rev, l, start, next.from)
+			return b.owned(ctx, req, h, rev, l, start)
 		}
 		pos = next
 	}
@@ -217,7 +229,7 @@ func (b *backend) reposition(ctx context.Context, q, me string, rev int64) (posi
 
 // owned finishes a wait that made us the owner: it makes sure the lease has a
 // fair share of its TTL left (renewing it if not) and builds the grant.
-func (b *backend) owned(ctx context.Context, req driver.Request, me string, rev int64, l *lease, start time.Time, watchFrom int64) (driver.Grant, error) {
+func (b *backend) owned(ctx context.Context, req driver.Request, h *handle, rev int64, l *lease, start time.Time) (driver.Grant, error) {
 	if l.left(start) < req.TTL/2 {
 		start = time.Now()
 		if err := b.keepAlive(ctx, l); err != nil {
@@ -229,7 +241,7 @@ func (b *backend) owned(ctx context.Context, req driver.Request, me string, rev 
 			}
 		}
 	}
-	return b.grant(req, me, rev, watchFrom, l, start), nil
+	return b.grant(req, h, rev, l, start), nil
 }
 
 // position reads where our key stands in the queue, in one round trip that
