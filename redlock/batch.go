@@ -15,9 +15,9 @@ import (
 // RefreshBatch refreshes many leases with one pipeline per node
 // (driver.BatchRefresher): each node runs the same repairing extend as
 // Refresh for every lease, and each lease is then judged as Refresh judges
-// it. Unlike Refresh it waits for every node (up to the node timeout)
-// instead of stopping at a quorum: a batch is background work, and every
-// answer is then known before a verdict.
+// it: once a quorum of nodes answered, and after the rest (up to the node
+// timeout) only if some lease's verdict may depend on them. Waiting for a
+// paused node on every batch would cost the leases whose validity is short.
 func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) error {
 	n := len(b.nodes)
 	type lease struct {
@@ -73,21 +73,21 @@ func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) erro
 			}
 		}
 		perNode[i] = answers{res: res, errs: errs}
-		return true, nil
+		for _, err := range errs {
+			if err == nil {
+				return true, nil // the node answered
+			}
+		}
+		return false, errs[0] // nothing got through: a failed node
 	}, nil)
 	for _, l := range leases {
 		l.h.mu.Lock()
 		l.h.calls = dones
 		l.h.mu.Unlock()
 	}
-	all := gather(ctx, ch, n, 0, deadline(nt)) // every node, not a quorum
-	if all.ctxErr != nil {
-		for _, l := range leases {
-			batch[l.k].Err = all.ctxErr
-		}
-		return nil
-	}
-	for j, l := range leases {
+	all := gather(ctx, ch, n, b.quorum, deadline(nt))
+	// What lease j knows from the nodes that answered so far.
+	view := func(j int) ([]redisnode.Extended, tally) {
 		t := tally{failed: map[int]error{}, answered: map[int]bool{}, silent: all.silent}
 		results := make([]redisnode.Extended, n)
 		for i := range all.answered {
@@ -95,6 +95,26 @@ func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) erro
 			results[i] = a.res[j]
 			t.add(reply{i: i, ok: a.errs[j] == nil && a.res[j] != redisnode.ExtendHeldByOther, err: a.errs[j]})
 		}
+		return results, t
+	}
+	if all.ctxErr == nil && all.silent > 0 {
+		for j, l := range leases {
+			results, t := view(j)
+			if a, sl := unbroken(l.before, results, t); a < b.quorum && a+sl >= b.quorum {
+				// A silent node may yet say the lock vanished there.
+				all.rest(ctx, ch, n, deadline(nt))
+				break
+			}
+		}
+	}
+	if all.ctxErr != nil {
+		for _, l := range leases {
+			batch[l.k].Err = all.ctxErr
+		}
+		return nil
+	}
+	for j, l := range leases {
+		results, t := view(j)
 		r := batch[l.k]
 		batch[l.k].Validity, batch[l.k].Err = b.refreshVerdict(ctx, r.Grant, r.TTL, nt, l.h, l.before, results, t)
 	}

@@ -8,6 +8,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/internal/testutil"
@@ -84,5 +85,57 @@ func TestRenewalBatches(t *testing.T) {
 		if err := ls.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A batch is judged once a quorum answered, as a single refresh is: a paused
+// minority node must not hold every renewal up to the node timeout (leases
+// with little validity left would be lost waiting).
+func TestRenewalBatchDoesNotWaitForAPausedNode(t *testing.T) {
+	srvs := testserver.RedisN(t, 3)
+	ctx := t.Context()
+	const nodeTimeout = 3 * time.Second
+	b, err := redlock.NewBackend(clients(t, srvs, false), redlock.WithNodeTimeout(nodeTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	br, ok := b.(driver.BatchRefresher)
+	if !ok {
+		t.Fatal("the redlock backend is not a driver.BatchRefresher")
+	}
+	const ttl = 10 * time.Second
+	drift := driver.Drift{Factor: driver.DefaultDriftFactor, Min: driver.DefaultDriftMin}
+	var batch []driver.Refresh
+	for i := range 4 {
+		req := driver.Request{Key: fmt.Sprint("paused-", i), TTL: ttl, Owner: fmt.Sprint("owner-", i), Drift: drift}
+		g, err := b.TryLock(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Key, g.Owner, g.TTL, g.Drift = req.Key, req.Owner, req.TTL, req.Drift
+		batch = append(batch, driver.Refresh{Grant: g, TTL: ttl})
+	}
+	// One batch with every node up: each node's expiry is then known (a
+	// TryLock decided at a quorum may not have heard the third node).
+	if err := br.RefreshBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if err := srvs[2].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer srvs[2].Resume()
+	start := time.Now()
+	if err := br.RefreshBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	for i, r := range batch {
+		if r.Err != nil || r.Validity != ttl {
+			t.Errorf("lease %d: validity %v, err %v", i, r.Validity, r.Err)
+		}
+	}
+	if took > nodeTimeout/2 {
+		t.Errorf("the batch took %v with one node of three paused: it waited for the paused node (node timeout %v)", took, nodeTimeout)
 	}
 }
