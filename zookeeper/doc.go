@@ -41,6 +41,58 @@
 // An ensemble of n servers keeps locks and tokens while a minority of
 // (n−1)/2 servers is lost; a standalone server tolerates no failure.
 //
+// # Renewal
+//
+// A refresh extends nothing on the server. It confirms that the lock znode
+// still exists with the lease's czxid and with the lease's session as its
+// ephemeral owner, and that the connection still runs that session. The
+// portable layer renews the leases that fall due together with one
+// RefreshBatch call, from one goroutine per Locker; a lease has none.
+//
+// With [Dial] the backend receives the connection's events itself, on
+// go-zookeeper's reading goroutine, in the order the server sent them and
+// before any later reply is handed over; and a server processes no read
+// while it applies a write, so it answers a read processed after a
+// deletion after sending the deletion's event. So the backend
+// watches each held znode: a lease's first refresh reads its znode with a
+// data watch (GetW), and later refreshes send no read of their own. A
+// batch sends one read (of one of its znodes); once it is answered, any
+// deletion the server had applied by then has arrived as an event, and a
+// znode no event came for is known to exist at that point, as if it had
+// been read. A batch of up to 256 leases costs one round trip. An event on
+// a held znode fires its watch: a deletion marks it gone (its lease ends
+// at its next refresh, within a renew interval); anything else (its data
+// set by someone, the watches dropped) leaves it unwatched, and its next
+// refresh reads it again with a watch. What a watch cannot see is read:
+//   - after a reconnection within the session, the server sends the events
+//     the client missed again on the new connection (go-zookeeper's
+//     SetWatches, which also keeps the watches), but perhaps after the
+//     replies a refresh waits for, so each znode is read once more (Exists)
+//     before its watch is trusted again;
+//   - a session's end is the loss of all its leases (see below), and a new
+//     session is a new connection;
+//   - a path reused (a key directory reaped and recreated restarts the
+//     sequence): the old znode's deletion comes first, and every read
+//     compares the czxid and the owner.
+//
+// The watch relies on go-zookeeper re-registering it on each reconnection:
+// should that request fail without the connection dropping, an
+// administrator's deletion of a lock znode would go unseen until the next
+// reconnection. Mutual exclusion does not depend on it, only on the
+// session. A multi of check operations would not do instead: a check
+// compares a version, which a znode recreated at the same path shares, and
+// a multi is a write, through the leader.
+//
+// With [New] the events come late if at all (WithEvents drains them on a
+// goroutine of the backend's, and go-zookeeper drops them when the channel
+// is full): each refresh reads every znode of the batch (Exists).
+//
+// The reads of a batch are pipelined on the connection from at most 16
+// goroutines (go-zookeeper's calls block), which end with the batch.
+//
+// Either way a refresh needs an answer to a request sent after it began,
+// so on a silent link it confirms nothing.
+//
 // # Session states and Lease.Done
 //
 // A lease's Done channel closes (Err matching distlock.ErrLeaseLost) when

@@ -24,6 +24,13 @@ type node struct {
 	version         int32
 	session         int64
 	epoch           *epoch
+
+	// What the watch on the znode tells (refresh.go); guarded by the
+	// session state's mu.
+	gone    bool   // a check or a NodeDeleted event found it gone
+	armed   bool   // a data watch on it is set, as far as the events tell
+	armSeq  uint64 // counts the events on its path
+	checked uint64 // sessionState.conns when last seen to exist, watched; 0: never
 }
 
 // Node describes the znode behind a lease. Reach it with Lease.As:
@@ -285,41 +292,6 @@ func (b *backend) dequeue(ctx context.Context, conn *zk.Conn, n *node) {
 	if err != nil && !errors.Is(err, zk.ErrNoNode) {
 		b.janitor.add(orphan{dir: n.dir, owner: n.owner, session: n.session})
 	}
-}
-
-// Refresh confirms our znode still exists: the lock lives as long as the
-// session, so there is nothing to extend on the server.
-func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
-	n, ok := g.Handle.(*node)
-	if !ok {
-		return 0, fmt.Errorf("zookeeper: grant of another backend (%T)", g.Handle)
-	}
-	conn := b.conn.Load()
-	if closed, _ := b.sess.ended(n); closed {
-		// Expired, or given up after the grace (the janitor deletes it).
-		b.sess.forget(n)
-		return 0, fmt.Errorf("%w: session %#x lost", distlock.ErrNotHeld, n.session)
-	}
-	if sid := conn.SessionID(); sid != 0 && sid != n.session {
-		b.sess.forget(n)
-		return 0, fmt.Errorf("%w: session %#x has ended", distlock.ErrNotHeld, n.session)
-	}
-	type res struct {
-		ok   bool
-		stat *zk.Stat
-	}
-	r, err := call(b, ctx, func() (res, error) {
-		ok, st, err := conn.Exists(n.path)
-		return res{ok, st}, err
-	})
-	if err != nil {
-		return 0, err
-	}
-	if !r.ok || r.stat.Czxid != n.czxid || r.stat.EphemeralOwner != n.session {
-		b.sess.forget(n)
-		return 0, fmt.Errorf("%w: %s is gone", distlock.ErrNotHeld, n.path)
-	}
-	return ttl, nil
 }
 
 // Unlock deletes our znode, at the version it was created with.

@@ -91,6 +91,7 @@ func dialBackend(ctx context.Context, servers []string, opts []distlock.Option) 
 	}
 	b := newBackend(o, timeout, true, len(servers))
 	b.link = newLink()
+	b.watches = true // onEvent is the event callback (below)
 
 	// The link's dialer goes first: a caller's zk.WithDialer replaces it,
 	// which is noticed below.

@@ -27,7 +27,10 @@ type relay struct {
 	hold    chan struct{} // non-nil: new connections wait until it is closed
 	swallow bool          // drop server→client bytes
 	mute    bool          // drop client→server bytes
-	wg      sync.WaitGroup
+	// noSetWatches: new connections drop the client's SetWatches
+	// requests (the server never re-arms its watches after a reconnection).
+	noSetWatches bool
+	wg           sync.WaitGroup
 }
 
 // sessionBook maps session ids to their password and relay.
@@ -98,7 +101,7 @@ func (r *relay) serve(client net.Conn) {
 	defer r.wg.Done()
 	defer client.Close()
 	r.mu.Lock()
-	hold := r.hold
+	hold, noSetWatches := r.hold, r.noSetWatches
 	r.mu.Unlock()
 	if hold != nil {
 		<-hold
@@ -113,6 +116,10 @@ func (r *relay) serve(client net.Conn) {
 	}
 	go func() {
 		defer server.Close()
+		if noSetWatches {
+			r.forwardFrames(client, server)
+			return
+		}
 		buf := make([]byte, 32<<10)
 		for {
 			n, err := client.Read(buf)
@@ -167,6 +174,37 @@ func (r *relay) serve(client net.Conn) {
 			return
 		}
 	}
+}
+
+// forwardFrames copies the client's requests to the server whole, but for
+// SetWatches (opcode 101), which it drops.
+func (r *relay) forwardFrames(client, server net.Conn) {
+	const opSetWatches = 101
+	for first := true; ; first = false {
+		body, err := readFrame(client)
+		if err != nil {
+			return
+		}
+		r.mu.Lock()
+		drop := r.mute
+		r.mu.Unlock()
+		// The first frame is the connect request, without a header.
+		if !first && len(body) >= 8 && int32(binary.BigEndian.Uint32(body[4:8])) == opSetWatches {
+			drop = true
+		}
+		if !drop {
+			if err := writeFrame(server, body); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// setNoSetWatches makes the connections made from now on drop SetWatches.
+func (r *relay) setNoSetWatches(on bool) {
+	r.mu.Lock()
+	r.noSetWatches = on
+	r.mu.Unlock()
 }
 
 // sever closes the current connections; the client may reconnect.

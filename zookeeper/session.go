@@ -46,14 +46,21 @@ type sessionState struct {
 	silence *time.Timer   // the silence timer (Dial only): see link
 	granted time.Duration // the link's granted() when last looked at
 	latest  time.Duration // the link's latestGrant() when last looked at
-	held    map[*node]struct{}
+	// held maps the path of every granted znode to its node: the
+	// grace hands them to the janitor, and watch events (refresh.go)
+	// find them by path.
+	held map[string]*node
+	// conns counts the connections that got a session (StateHasSession)
+	// and expiries: a watch verified on one connection is trusted only
+	// while conns stays the same (refresh.go).
+	conns   uint64
 	stopped bool
 }
 
 func (s *sessionState) init(b *backend) {
 	s.b = b
 	s.cur = newEpoch(0, 0)
-	s.held = make(map[*node]struct{})
+	s.held = make(map[string]*node)
 }
 
 // onEvent is the zk event callback. It runs on go-zookeeper's goroutines,
@@ -61,6 +68,7 @@ func (s *sessionState) init(b *backend) {
 // beyond its atomic getters.
 func (b *backend) onEvent(ev zk.Event) {
 	if ev.Type != zk.EventSession {
+		b.sess.nodeEvent(ev)
 		return
 	}
 	switch ev.State {
@@ -102,6 +110,7 @@ func (b *backend) sessionID() int64 {
 func (s *sessionState) connected(id int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.conns++
 	s.down = false
 	if s.timer != nil {
 		s.timer.Stop()
@@ -124,6 +133,7 @@ func (s *sessionState) connected(id int64) {
 func (s *sessionState) expired() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.conns++
 	if s.timer != nil {
 		s.timer.Stop()
 	}
@@ -213,11 +223,11 @@ func (s *sessionState) end(ep *epoch, maybeAlive bool) {
 	}
 	ep.closed, ep.expired = true, !maybeAlive
 	ep.endLost()
-	for n := range s.held {
+	for path, n := range s.held {
 		if n.epoch != ep {
 			continue
 		}
-		delete(s.held, n)
+		delete(s.held, path)
 		if maybeAlive {
 			s.b.janitor.add(orphan{dir: n.dir, owner: n.owner, session: n.session})
 		}
@@ -257,7 +267,13 @@ func (s *sessionState) hold(n *node) bool {
 	if n.epoch.closed {
 		return false
 	}
-	s.held[n] = struct{}{}
+	if old := s.held[n.path]; old != nil {
+		// Its path was reused (a raw driver user's owner id, in a key
+		// directory reaped and recreated): a path exists once, so the
+		// old znode is gone.
+		old.gone = true
+	}
+	s.held[n.path] = n
 	return true
 }
 
@@ -271,8 +287,14 @@ func (s *sessionState) ended(n *node) (closed, expired bool) {
 
 func (s *sessionState) forget(n *node) {
 	s.mu.Lock()
-	delete(s.held, n)
+	s.forgetLocked(n)
 	s.mu.Unlock()
+}
+
+func (s *sessionState) forgetLocked(n *node) {
+	if s.held[n.path] == n {
+		delete(s.held, n.path)
+	}
 }
 
 func (s *sessionState) stop() {

@@ -82,8 +82,12 @@ type backend struct {
 	// the granted session timeout (Dial) or is zero (New).
 	graceSet bool
 	link     *link // Dial's view of its connections; nil with New
-	logger   *slog.Logger
-	g        distlock.Guarantees
+	// watches: the events reach onEvent through zk.WithEventCallback, in
+	// order with the replies (Dial), so Refresh may trust a watch on each
+	// held znode (refresh.go). With New they come late or not at all.
+	watches bool
+	logger  *slog.Logger
+	g       distlock.Guarantees
 
 	sess    sessionState
 	janitor janitor
@@ -99,6 +103,9 @@ type backend struct {
 	// watchFires counts predecessor watches that fired in Lock: the
 	// herd-effect test checks that a release wakes exactly one waiter.
 	watchFires atomic.Int64
+	// refreshReads counts the znode reads of Refresh and RefreshBatch:
+	// the renewal tests check that a batch costs one, not one per lease.
+	refreshReads atomic.Int64
 }
 
 func newBackend(o driver.Settings, timeout time.Duration, owned bool, ensemble int) *backend {
@@ -134,7 +141,7 @@ func newBackend(o driver.Settings, timeout time.Duration, owned bool, ensemble i
 		FailuresTolerated: (ensemble - 1) / 2,
 		SessionTTL:        true,
 		Notes: []string{
-			"a lock lives as long as the Locker's session; the TTL only sets the local deadline and Refresh confirms the znode exists",
+			"a lock lives as long as the Locker's session; the TTL only sets the local deadline and Refresh confirms the znode exists (with Dial through a watch on it, one round trip per batch of leases; with New one read per lease, pipelined)",
 			"tolerates the loss of a minority of the ensemble ((n-1)/2 of n servers; FailuresTolerated assumes the server list is the whole ensemble)",
 			"Done closes when the session expires, the connection stays down past the disconnect grace, or (Dial) the server answers nothing for 2/3 of the smallest session timeout it granted the session (which may be less than the one asked for; a restarted server or new leader restores a session with the timeout granted at its creation, even after a later connection was granted more); the server expires the session no sooner than that timeout after the last request it answered, so Done closes before another client can take the lock, with a third of the timeout to spare for timer lateness",
 			"with Dial, a link whose round trip exceeds 1/3 of the session timeout cannot keep a lease: the silence bound reports it lost while the session lives (early, on the safe side)",
