@@ -61,6 +61,21 @@ func (c *Crashable) Refresh(ctx context.Context, g driver.Grant, ttl time.Durati
 	return c.Backend.Refresh(ctx, g, ttl)
 }
 
+// RefreshBatch forwards to the backend's driver.BatchRefresher, so that the
+// suite renews through the backend's batches; it fails with ErrCrashed
+// after Crash, and with driver.ErrUnsupported (one by one) if the backend
+// has no batches.
+func (c *Crashable) RefreshBatch(ctx context.Context, batch []driver.Refresh) error {
+	if c.crashed.Load() {
+		return ErrCrashed
+	}
+	br, ok := c.Backend.(driver.BatchRefresher)
+	if !ok {
+		return driver.ErrUnsupported
+	}
+	return br.RefreshBatch(ctx, batch)
+}
+
 // Unlock fails with ErrCrashed after Crash, else forwards.
 func (c *Crashable) Unlock(ctx context.Context, g driver.Grant) error {
 	if c.crashed.Load() {

@@ -182,3 +182,60 @@ func leaderKill(t *testing.T, c *testserver.Cluster, locker func(...distlock.Opt
 	waitFor(before+30, "after the leader was killed")
 	t.Logf("killed leader m%d; 30 acquisitions %v later (failed calls: %d)", leader, time.Since(killed).Round(time.Millisecond), failures.Load())
 }
+
+// A member that hangs with its connection open (SIGSTOP) while it carries
+// the loss watch must not hold the loss notices back: the watch asks for
+// progress and, hearing nothing, is made again (found by an adversarial
+// review: Done stayed open until the member came back).
+func TestLossWatchSurvivesHungMember(t *testing.T) {
+	c := testserver.EtcdCluster(t, 3)
+	endpoints := c.Endpoints()
+	l, err := New(newClient(t, endpoints))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	const notice = 15 * time.Second
+	for i := range endpoints {
+		ctx := ctxT(t, 2*time.Minute)
+		key := fmt.Sprintf("hung-%d", i)
+		var ls *distlock.Lease
+		for {
+			if ls, err = l.TryAcquire(ctx, key, distlock.WithTTL(time.Minute)); err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		var others []string
+		for j, ep := range endpoints {
+			if j != i {
+				others = append(others, ep)
+			}
+		}
+		admin := newClient(t, others)
+		if err := c.Members[i].Pause(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			if _, err = admin.Delete(ctx, ownerKey(t, ls)); err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatal(err)
+			}
+		}
+		deleted := time.Now()
+		select {
+		case <-ls.Done():
+			t.Logf("member %d hung: Done closed %v after the delete", i, time.Since(deleted).Round(time.Millisecond))
+		case <-time.After(notice):
+			t.Errorf("member %d hung: key deleted, Done still open after %v", i, notice)
+		}
+		if err := c.Members[i].Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -66,7 +66,10 @@
 // that breaks is made again from the revision after the last one it saw; if
 // that revision was compacted away, or before the first watch is up, the
 // keys of the locks registered meanwhile are read once the new watch is up,
-// and those found deleted are reported.
+// and those found deleted are reported. The watch asks its member for a
+// progress notice every second and is made again after 3 s without a word,
+// so a member that hangs with its connection open (or a silent network
+// path) delays notices by about that much, not until it comes back.
 //
 // Not guaranteed: RetryAfter in a failed TryAcquire is not filled in (it
 // would cost a round trip); a waiter that cannot delete its key when its

@@ -115,9 +115,11 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	if err != nil {
 		// The put may have happened: the lease is dropped, not recycled, so
 		// the key goes with it.
+		h.end()
 		return driver.Grant{}, fmt.Errorf("etcd: creating %q: %w", me, err)
 	}
 	if !resp.Succeeded {
+		h.end()
 		b.putSpare(l)
 		return driver.Grant{}, &distlock.HeldError{Key: req.Key}
 	}

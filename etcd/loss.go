@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/distlock/distlock/driver"
@@ -20,6 +21,13 @@ const (
 	checkChunk = 128
 	// checkTimeout bounds one check transaction.
 	checkTimeout = 5 * time.Second
+	// progressEvery is how often the watch asks its member for a progress
+	// notice; a watch that heard nothing for silentAfter is made again (on
+	// another connection, if the client's balancer has one). A member that
+	// hangs with its connection open would otherwise keep every loss
+	// notice back until it came back.
+	progressEvery = time.Second
+	silentAfter   = 3 * time.Second
 )
 
 // watcher is the backend's loss watch: one etcd watch on the whole prefix
@@ -128,7 +136,15 @@ func (w *watcher) watch() (up bool) {
 	if from > 0 {
 		opts = append(opts, clientv3.WithRev(from))
 	}
+	var heard atomic.Int64 // when the watch last heard from its member
+	heard.Store(time.Now().UnixNano())
+	w.b.wg.Add(1)
+	go func() {
+		defer w.b.wg.Done()
+		w.keepAlive(ctx, cancel, &heard)
+	}()
 	for wr := range w.b.cli.Watch(ctx, w.b.prefix+"/", opts...) {
+		heard.Store(time.Now().UnixNano())
 		if wr.CompactRevision != 0 {
 			// The revisions after seen are gone: start afresh and read
 			// every key watched.
@@ -171,6 +187,28 @@ func (w *watcher) watch() (up bool) {
 		w.mu.Unlock()
 	}
 	return up
+}
+
+// keepAlive asks for a progress notice every progressEvery and ends the
+// watch (cancel) once it has heard nothing for silentAfter.
+func (w *watcher) keepAlive(ctx context.Context, cancel context.CancelFunc, heard *atomic.Int64) {
+	t := time.NewTicker(progressEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if time.Since(time.Unix(0, heard.Load())) > silentAfter {
+			cancel() // made again from seen+1
+			return
+		}
+		// The watch's own ctx: progress requests go to its stream.
+		rctx, rcancel := context.WithTimeout(ctx, progressEvery)
+		_ = w.b.cli.RequestProgress(rctx)
+		rcancel()
+	}
 }
 
 // lostTrack marks every handle unsure after a gap in the watch.

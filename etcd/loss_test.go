@@ -211,3 +211,36 @@ func TestLossAfterServerRestart(t *testing.T) {
 	}
 	waitLost(t, ls2, "deleted after a server restart")
 }
+
+// A failed TryAcquire (the key held, or an unknown outcome) leaves nothing
+// registered with the loss watch (found by an adversarial review: every
+// failed attempt stayed in it for good).
+func TestFailedTryAcquireLeavesNoWatchEntry(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 60*time.Second)
+	b, l := e.backendLocker()
+	holder, err := l.TryAcquire(ctx, "busy", distlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tries = 200
+	for range tries {
+		if _, err := l.TryAcquire(ctx, "busy", distlock.WithTTL(30*time.Second)); !errors.Is(err, distlock.ErrNotAcquired) {
+			t.Fatalf("TryAcquire on a held key: %v", err)
+		}
+	}
+	entries := func() int {
+		b.loss.mu.Lock()
+		defer b.loss.mu.Unlock()
+		return len(b.loss.keys)
+	}
+	if n := entries(); n != 1 {
+		t.Errorf("%d loss-watch entries with 1 lock held after %d failed attempts", n, tries)
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := entries(); n != 0 {
+		t.Errorf("%d loss-watch entries after the only lock was released", n)
+	}
+}
