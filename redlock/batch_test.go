@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -137,5 +138,39 @@ func TestRenewalBatchDoesNotWaitForAPausedNode(t *testing.T) {
 	}
 	if took > nodeTimeout/2 {
 		t.Errorf("the batch took %v with one node of three paused: it waited for the paused node (node timeout %v)", took, nodeTimeout)
+	}
+}
+
+// A lease held on a bare majority releases even when one node of that
+// majority is silent: released on one, absent from another, the lock is off
+// a majority (the soak found such releases failing and the lease reported
+// lost though nothing was wrong).
+func TestReleaseOfBareMajorityWithSilentNode(t *testing.T) {
+	srvs := testserver.RedisN(t, 3)
+	ctx := t.Context()
+	l := newLocker(t, srvs)
+	admins := clients(t, srvs, false)
+	const key = "bare-majority"
+	lock := redisnode.KeysFor(redis.DefaultPrefix, key).Lock
+	// A stray lock on node 2: the lease gets {0,1}.
+	if err := admins[2].Set(ctx, lock, "stray", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := l.TryAcquire(ctx, key, distlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admins[2].Del(ctx, lock).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srvs[0].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer srvs[0].Resume()
+	if err := ls.Release(ctx); err != nil {
+		t.Fatalf("release with the lock on {0,1} and node 0 silent: %v", err)
+	}
+	if errors.Is(ls.Err(), distlock.ErrLeaseLost) {
+		t.Errorf("the lease ended as lost: %v", ls.Err())
 	}
 }

@@ -58,10 +58,15 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	switch {
 	case len(t.yes) >= b.quorum:
 		return nil // freed on a majority: the rest follow or expire
-	case t.ctxErr != nil:
-		return t.ctxErr
 	case len(t.no) > n-b.quorum:
 		return fmt.Errorf("redlock: %q: not ours on %d of %d nodes: %w", g.Key, len(t.no), n, distlock.ErrNotHeld)
+	case len(t.yes) > 0 && len(t.yes)+len(t.no) >= b.quorum:
+		// Released where it was ours, absent from the rest of a majority
+		// (a lease held on a bare majority, one node of it silent): the
+		// lock is off a majority, which is what a release needs.
+		return nil
+	case t.ctxErr != nil:
+		return t.ctxErr
 	}
 	return fmt.Errorf("%w: %q: released on %d of %d nodes (need %d)%s",
 		ErrNoQuorum, g.Key, len(t.yes), n, b.quorum, b.summary(t))
