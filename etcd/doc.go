@@ -71,6 +71,15 @@
 // so a member that hangs with its connection open (or a silent network
 // path) delays notices by about that much, not until it comes back.
 //
+// Server versions: an etcd leader that stalls (a long fsync, CPU
+// starvation, SIGSTOP) and then resumes can revoke leases that the new
+// leader kept alive (etcd-io/etcd#15247, fixed by #16822 on the 3.4 and 3.5
+// lines). A lock is then deleted while its holder's local deadline still
+// runs, and until the loss notice arrives two holders overlap; the soak
+// found exactly that once on Debian's etcd 3.4.23 with a paused leader, and
+// the fencing guard refused both holders' stale writes. Use a server with
+// the fix, and fence the resource.
+//
 // Not guaranteed: RetryAfter in a failed TryAcquire is not filled in (it
 // would cost a round trip); a waiter that cannot delete its key when its
 // context ends (server down) leaves it in the queue until its lease expires.
