@@ -174,23 +174,8 @@ func soakHead(rep *Report) string {
 	for _, r := range s.Rows {
 		ops += r.Ops
 	}
-	var where []string
-	if h.Host != "" {
-		host := h.Host
-		if h.Host != rep.Env.Host {
-			host += " (not this report's host)"
-		}
-		where = append(where, "host "+host)
-	}
-	if h.Cores > 0 {
-		where = append(where, strconv.Itoa(h.Cores)+" cores")
-	}
-	if h.Commit != "" {
-		where = append(where, "commit "+h.Commit)
-	}
-	where = append(where, "read from "+s.Source)
 	return fmt.Sprintf("Randomized faults (make soak) of %s, took %s, %d guarded operations in all, %d workers per run; %s.\n%s.",
-		h.Date.UTC().Format("2006-01-02 15:04 MST"), h.Duration, ops, h.Workers, verdict, strings.Join(where, ", "))
+		h.Date.UTC().Format("2006-01-02 15:04 MST"), h.Duration, ops, h.Workers, verdict, provenance(h, rep, s.Source))
 }
 
 // soakLegend explains the soak columns.
@@ -352,6 +337,12 @@ func faultHead(rep *Report) string {
 	s := fmt.Sprintf("Fault matrix: %s of %s, %s after each fault, %d workers per cell, TTL %s; took %s; %s",
 		kind, h.Date.UTC().Format("2006-01-02 15:04 MST"), h.AfterFault, h.Workers,
 		time.Duration(h.TTLMs*float64(time.Millisecond)), h.Duration, verdict)
+	return s + ".\n" + provenance(h, rep, fm.Source) + "."
+}
+
+// provenance says where a fault file's rows come from: host (flagged if not
+// the report's), cores, Go version, commit, file.
+func provenance(h *matrixfile.Header, rep *Report, source string) string {
 	var where []string
 	if h.Host != "" {
 		host := h.Host
@@ -369,8 +360,8 @@ func faultHead(rep *Report) string {
 	if h.Commit != "" {
 		where = append(where, "commit "+h.Commit)
 	}
-	where = append(where, "read from "+fm.Source)
-	return s + ".\n" + strings.Join(where, ", ") + "."
+	where = append(where, "read from "+source)
+	return strings.Join(where, ", ")
 }
 
 // faultLegend explains the columns.

@@ -344,17 +344,7 @@ func Run(t testing.TB, sh *Shared, sc Scenario, tg *Target) Row {
 	if len(env.extra) > 0 {
 		evs = append(evs, env.extra)
 	}
-	for i, w := range env.Workers {
-		e, err := readLog(w.log)
-		if err != nil {
-			t.Fatalf("worker %d log: %v", i, err)
-		}
-		evs[i] = e
-		if w.waitErr != nil && !strings.Contains(w.waitErr.Error(), "killed") {
-			b, _ := os.ReadFile(w.stderr)
-			t.Logf("worker %d exited: %v\n%s", i, w.waitErr, b)
-		}
-	}
+	readWorkerLogs(t, env, evs)
 	row := Row{Backend: tg.Backend, Fault: sc.Fault.Name, Mode: sc.Mode(),
 		Check: check(evs, final, lastT), DoneAfterResume: -1, Usable: -1,
 		Bound: tg.TTL + tg.Renew, Note: in.Note, Broken: in.Broken}
@@ -438,6 +428,23 @@ func heal(t testing.TB, tg *Target) {
 			if err := s.Restart(ctx); err != nil {
 				t.Fatalf("heal %s: %v", tg.Backend, err)
 			}
+		}
+	}
+}
+
+// readWorkerLogs reads each worker's event log into evs[i], and logs how a
+// worker exited if not by the harness's kill.
+func readWorkerLogs(t testing.TB, env *Env, evs [][]Event) {
+	t.Helper()
+	for i, w := range env.Workers {
+		e, err := readLog(w.log)
+		if err != nil {
+			t.Fatalf("worker %d log: %v", i, err)
+		}
+		evs[i] = e
+		if w.waitErr != nil && !strings.Contains(w.waitErr.Error(), "killed") {
+			b, _ := os.ReadFile(w.stderr)
+			t.Logf("worker %d exited: %v\n%s", i, w.waitErr, b)
 		}
 	}
 }

@@ -155,17 +155,7 @@ func RunRandom(t testing.TB, sh *Shared, tg *Target, cfg RandomConfig) RandomRow
 		t.Fatal(err)
 	}
 	evs := make([][]Event, len(env.Workers))
-	for i, w := range env.Workers {
-		e, err := readLog(w.log)
-		if err != nil {
-			t.Fatalf("worker %d log: %v", i, err)
-		}
-		evs[i] = e
-		if w.waitErr != nil && !strings.Contains(w.waitErr.Error(), "killed") {
-			b, _ := os.ReadFile(w.stderr)
-			t.Logf("worker %d exited: %v\n%s", i, w.waitErr, b)
-		}
-	}
+	readWorkerLogs(t, env, evs)
 	row := RandomRow{Backend: tg.Backend, Mode: cfg.Mode, Seed: cfg.Seed, Check: check(evs, final, lastT),
 		Faults: map[Kind]int{}, Applied: applied, Schedule: sched}
 	for _, a := range applied {
