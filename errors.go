@@ -36,6 +36,10 @@ var (
 	// context ends.
 	ErrUnavailable = driver.ErrUnavailable
 
+	// ErrUnsupported: the backend lacks what the call needs (Inspect or
+	// Watch on a third-party backend without driver.Inspector).
+	ErrUnsupported = driver.ErrUnsupported
+
 	// ErrInvalid matches every invalid-input error below.
 	ErrInvalid = driver.ErrInvalid
 

@@ -61,6 +61,9 @@ func (ls *Lease) unlockGrant() driver.Grant {
 	return g
 }
 
+// Value returns the holder's value stored with the lock (WithValue).
+func (ls *Lease) Value() string { return ls.o.Value }
+
 // Fence returns the lease's token with its holder id, for a guarded write
 // (see package fencing).
 func (ls *Lease) Fence() Fence { return Fence{Token: ls.grant.Token, Holder: ls.holder} }

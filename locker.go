@@ -54,6 +54,25 @@ type Locker interface {
 	// ErrLeaseLost, joined with fn's own error if any.
 	Do(ctx context.Context, key string, fn func(ctx context.Context, lease *Lease) error, opts ...Option) error
 
+	// Inspect reports key's lock as the server sees it, without taking it:
+	// whether it is held, the holder's token, value (WithValue) and
+	// remaining TTL, and the queued waiters where the backend keeps a
+	// queue. What it reports may be out of date by the time it returns;
+	// never decide to write on it (a lease's Token does that).
+	Inspect(ctx context.Context, key string) (Holder, error)
+
+	// Watch reports key's holder now, then at each change: a new holder
+	// (always with a larger token than the one reported before it) or the
+	// key becoming free. Changes are pushed where the backend can (etcd and
+	// ZooKeeper watches, the memory store); elsewhere (Redis, Redlock)
+	// release notices and polling find them: a new holder within the
+	// back-off cap (WithBackoff's max, 500ms by default), an expiry at the
+	// TTL the server reported. Changes faster than that may be seen only
+	// as their last state. Server errors are retried with back-off and
+	// logged, not reported. The channel is closed when ctx ends or the
+	// Locker closes; read it until then.
+	Watch(ctx context.Context, key string, opts ...Option) (<-chan Holder, error)
+
 	// Guarantees describes what this backend promises and what it does not.
 	Guarantees() Guarantees
 

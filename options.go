@@ -100,6 +100,16 @@ func WithBackoff(min, max time.Duration) Option {
 	})
 }
 
+// WithValue stores v with the lock, for Inspect and Watch to report as the
+// holder's value: a host name, an address, a version. At most MaxValueLen
+// bytes; default "" (none).
+func WithValue(v string) Option {
+	if len(v) > driver.MaxValueLen {
+		return driver.InvalidOption("value of %d bytes: the limit is %d", len(v), driver.MaxValueLen)
+	}
+	return callOption("WithValue", func(o *driver.Settings) { o.Value = v })
+}
+
 // WithReleaseTimeout bounds every release: Release, and the releases Do,
 // Close and the give-backs make on their own. Default 5s.
 func WithReleaseTimeout(d time.Duration) Option {

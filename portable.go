@@ -173,7 +173,7 @@ func (l *locker) acquire(ctx context.Context, key string, opts []Option, wait, r
 	// try), so nothing a failed attempt leaves behind, such as a late
 	// release or a lock set by a request whose reply was lost, can match
 	// a later attempt.
-	req := driver.Request{Key: key, TTL: o.TTL, Owner: newOwner(), Drift: o.DriftRule()}
+	req := driver.Request{Key: key, TTL: o.TTL, Owner: newOwner(), Drift: o.DriftRule(), Value: o.Value}
 	began := now()
 	var (
 		g     driver.Grant

@@ -48,3 +48,11 @@ const (
 	EventReleased      = driver.EventReleased      // Duration: how long the lease was held
 	EventLost          = driver.EventLost          // Duration: how long it was held; Err says why
 )
+
+// Holder is what Locker.Inspect and Locker.Watch report of a key's lock: held
+// or free, the holder's token, value and remaining TTL as the server sees
+// them, and the number of queued waiters where the backend keeps a queue.
+type Holder = driver.Holder
+
+// MaxValueLen is the largest value WithValue takes, in bytes.
+const MaxValueLen = driver.MaxValueLen

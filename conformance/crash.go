@@ -22,7 +22,7 @@ var ErrCrashed = errors.New("conformance: backend crashed")
 // without ending the session.
 //
 // A Crashable keeps every capability of the wrapped backend (Lock,
-// Subscribe) and forwards As.
+// Subscribe, RefreshBatch, Inspect, Watch) and forwards As.
 type Crashable struct {
 	driver.Backend
 	crashed atomic.Bool
@@ -126,4 +126,30 @@ func (c *Crashable) Subscribe(ctx context.Context, key string) (driver.Subscript
 func (c *Crashable) As(target any) bool {
 	a, ok := c.Backend.(interface{ As(any) bool })
 	return ok && a.As(target)
+}
+
+// Inspect fails with ErrCrashed after Crash, else forwards to the backend's
+// driver.Inspector (driver.ErrUnsupported if it has none).
+func (c *Crashable) Inspect(ctx context.Context, key string) (driver.Holder, error) {
+	if c.crashed.Load() {
+		return driver.Holder{}, ErrCrashed
+	}
+	in, ok := c.Backend.(driver.Inspector)
+	if !ok {
+		return driver.Holder{}, driver.ErrUnsupported
+	}
+	return in.Inspect(ctx, key)
+}
+
+// Watch fails with ErrCrashed after Crash, else forwards to the backend's
+// driver.Watcher (driver.ErrUnsupported if it has none).
+func (c *Crashable) Watch(ctx context.Context, key string) (driver.Subscription, error) {
+	if c.crashed.Load() {
+		return nil, ErrCrashed
+	}
+	w, ok := c.Backend.(driver.Watcher)
+	if !ok {
+		return nil, driver.ErrUnsupported
+	}
+	return w.Watch(ctx, key)
 }

@@ -95,6 +95,7 @@ type Settings struct {
 	ReleaseTimeout time.Duration // bound on every release
 	Logger         *slog.Logger  // nil: nothing is logged
 	Observer       Observer
+	Value          string // the holder's value stored with each lock (WithValue)
 
 	err     error
 	backend map[any]any

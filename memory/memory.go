@@ -29,10 +29,12 @@ type Store struct {
 	locks    map[string]*hold
 	counters map[string]distlock.Token // never expire, so tokens never repeat
 	freed    map[string]chan struct{}  // closed and replaced at each release or expiry
+	changed  map[string]chan struct{}  // closed and replaced at each grant, release or expiry
 }
 
 type hold struct {
 	owner   string
+	value   string
 	token   distlock.Token
 	expires time.Time
 	timer   *time.Timer
@@ -42,7 +44,8 @@ type hold struct {
 
 // NewStore returns an empty Store.
 func NewStore() *Store {
-	return &Store{locks: map[string]*hold{}, counters: map[string]distlock.Token{}, freed: map[string]chan struct{}{}}
+	return &Store{locks: map[string]*hold{}, counters: map[string]distlock.Token{}, freed: map[string]chan struct{}{},
+		changed: map[string]chan struct{}{}}
 }
 
 var (
@@ -113,18 +116,24 @@ func (s *Store) drop(key string, h *hold, lost bool) {
 	if lost {
 		h.setLost()
 	}
-	if ch := s.freed[key]; ch != nil {
+	notify(s.freed, key)
+	notify(s.changed, key)
+}
+
+// notify closes and forgets key's channel in m, waking its readers.
+func notify(m map[string]chan struct{}, key string) {
+	if ch := m[key]; ch != nil {
 		close(ch)
-		delete(s.freed, key)
+		delete(m, key)
 	}
 }
 
-// freedChan returns the channel closed at key's next release; s.mu held.
-func (s *Store) freedChan(key string) chan struct{} {
-	ch := s.freed[key]
+// next returns the channel of m closed at key's next notice; s.mu held.
+func next(m map[string]chan struct{}, key string) chan struct{} {
+	ch := m[key]
 	if ch == nil {
 		ch = make(chan struct{})
-		s.freed[key] = ch
+		m[key] = ch
 	}
 	return ch
 }
@@ -155,11 +164,12 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 		return driver.Grant{}, &distlock.HeldError{Key: req.Key, RetryAfter: time.Until(h.expires)}
 	}
 	s.counters[req.Key]++
-	h := &hold{owner: req.Owner, token: s.counters[req.Key], expires: time.Now().Add(req.TTL)}
+	h := &hold{owner: req.Owner, value: req.Value, token: s.counters[req.Key], expires: time.Now().Add(req.TTL)}
 	h.lost, h.setLost = context.WithCancel(context.Background())
 	key := req.Key
 	h.timer = time.AfterFunc(req.TTL, func() { s.expire(key, h) })
 	s.locks[key] = h
+	notify(s.changed, key)
 	return driver.Grant{Token: h.token, Lost: h.lost}, nil
 }
 
@@ -215,13 +225,38 @@ func (b *backend) Close() error { return nil }
 
 // Subscribe gives in-process release notices.
 func (b *backend) Subscribe(ctx context.Context, key string) (driver.Subscription, error) {
-	b.s.mu.Lock()
-	defer b.s.mu.Unlock()
-	return &subscription{s: b.s, key: key, ch: b.s.freedChan(key)}, nil
+	return b.s.subscribe(b.s.freed, key), nil
+}
+
+// Watch gives in-process notices of every change of key's holder.
+func (b *backend) Watch(ctx context.Context, key string) (driver.Subscription, error) {
+	return b.s.subscribe(b.s.changed, key), nil
+}
+
+// Inspect reads key's hold.
+func (b *backend) Inspect(ctx context.Context, key string) (driver.Holder, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.Holder{}, err
+	}
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.locks[key]
+	if h == nil {
+		return driver.Holder{Waiters: -1}, nil
+	}
+	return driver.Holder{Held: true, Token: h.token, Value: h.value, TTL: time.Until(h.expires), Waiters: -1}, nil
+}
+
+func (s *Store) subscribe(m map[string]chan struct{}, key string) *subscription {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &subscription{s: s, m: m, key: key, ch: next(m, key)}
 }
 
 type subscription struct {
 	s   *Store
+	m   map[string]chan struct{} // the Store's freed or changed
 	key string
 	ch  chan struct{}
 }
@@ -230,7 +265,7 @@ func (sub *subscription) Wait(ctx context.Context) error {
 	select {
 	case <-sub.ch:
 		sub.s.mu.Lock()
-		sub.ch = sub.s.freedChan(sub.key)
+		sub.ch = next(sub.m, sub.key)
 		sub.s.mu.Unlock()
 		return nil
 	case <-ctx.Done():

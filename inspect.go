@@ -1,0 +1,199 @@
+package distlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/distlock/distlock/driver"
+)
+
+func (l *locker) Inspect(ctx context.Context, key string) (Holder, error) {
+	if ctx == nil {
+		return Holder{}, fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
+	if err := ValidateKey(key); err != nil {
+		return Holder{}, err
+	}
+	in, ok := l.b.(driver.Inspector)
+	if !ok {
+		return Holder{}, fmt.Errorf("%w: the %s backend cannot inspect locks", ErrUnsupported, l.name)
+	}
+	if err := l.enter(); err != nil {
+		return Holder{}, err
+	}
+	defer l.wg.Done()
+	bctx, done := l.bind(ctx)
+	defer done()
+	return l.inspect(ctx, bctx, in, key)
+}
+
+func (l *locker) inspect(ctx, bctx context.Context, in driver.Inspector, key string) (Holder, error) {
+	h, err := in.Inspect(bctx, key)
+	switch {
+	case err == nil:
+		return h, nil
+	case errors.Is(context.Cause(bctx), ErrClosed):
+		return Holder{}, fmt.Errorf("%w: inspecting %q", ErrClosed, key)
+	case ctx.Err() != nil:
+		return Holder{}, fmt.Errorf("distlock: %s: inspect %q: %w", l.name, key, ctx.Err())
+	}
+	return Holder{}, fmt.Errorf("distlock: %s: inspect %q: %w", l.name, key, unavailable(err))
+}
+
+func (l *locker) Watch(ctx context.Context, key string, opts ...Option) (<-chan Holder, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
+	o, err := driver.ResolveCall(l.opts, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	in, ok := l.b.(driver.Inspector)
+	if !ok {
+		return nil, fmt.Errorf("%w: the %s backend cannot inspect locks", ErrUnsupported, l.name)
+	}
+	if err := l.enter(); err != nil {
+		return nil, err
+	}
+	bctx, done := l.bind(ctx)
+	ch := make(chan Holder)
+	go func() {
+		defer l.wg.Done()
+		defer done()
+		defer close(ch)
+		w := watch{l: l, in: in, key: key, o: &o, out: ch}
+		w.run(ctx, bctx)
+	}()
+	return ch, nil
+}
+
+// watch is one Watch call's loop: inspect, report a change, wait for a
+// notice or the next poll.
+type watch struct {
+	l   *locker
+	in  driver.Inspector
+	key string
+	o   *driver.Settings
+	out chan<- Holder
+
+	sub    driver.Subscription
+	pushed bool // sub notices every change (driver.Watcher), not only releases
+
+	reported  bool // something was sent
+	last      Holder
+	lastToken Token // of the last holder sent: a later one must be larger
+}
+
+// pushedPoll bounds the wait between two reads when the backend pushes
+// every change: only a notice lost with a broken connection needs it.
+const pushedPoll = 5 * time.Second
+
+func (w *watch) run(ctx, bctx context.Context) {
+	defer func() {
+		if w.sub != nil {
+			_ = w.sub.Close()
+		}
+	}()
+	delay := w.o.BackoffMin // the next poll; grows while nothing changes
+	for failures := 0; ; {
+		w.subscribe(bctx)
+		h, err := w.l.inspect(ctx, bctx, w.in, w.key)
+		if bctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			w.l.log(slog.LevelWarn, "watch: inspect failed; retrying", w.key, err)
+			if driver.Sleep(bctx, backoff(w.o, failures)) != nil {
+				return
+			}
+			failures++
+			continue
+		}
+		failures = 0
+		if w.changed(h) {
+			select {
+			case w.out <- h:
+			case <-bctx.Done():
+				return
+			}
+			delay = w.o.BackoffMin // a change is often followed by another (a hand-over)
+		} else {
+			delay = min(2*delay, w.o.BackoffMax)
+		}
+		wait := delay
+		if w.pushed {
+			wait = pushedPoll
+		} else if h.Held && h.TTL > 0 && h.TTL < wait {
+			wait = h.TTL + w.o.BackoffMin // the expiry is the next change
+		}
+		if !w.wait(bctx, wait) {
+			return
+		}
+	}
+}
+
+// changed reports whether h is news: a holder with a larger token than the
+// last one sent (never an older one, which a lagging read may return), or
+// the key freed since.
+func (w *watch) changed(h Holder) bool {
+	switch {
+	case !w.reported:
+	case h.Held && h.Token > w.lastToken:
+	case !h.Held && w.last.Held:
+	default:
+		return false
+	}
+	if h.Held {
+		w.lastToken = h.Token
+	}
+	w.reported, w.last = true, h
+	return true
+}
+
+// subscribe starts the backend's notices if it has them and they are not
+// running: Watch (every change) or else Subscribe (releases).
+func (w *watch) subscribe(ctx context.Context) {
+	if w.sub != nil {
+		return
+	}
+	err := driver.ErrUnsupported
+	if pw, ok := w.l.b.(driver.Watcher); ok {
+		w.sub, err = pw.Watch(ctx, w.key)
+		w.pushed = err == nil
+	}
+	if errors.Is(err, driver.ErrUnsupported) { // a wrapper of a backend without watches
+		if w.l.mode != driver.WaitNotify {
+			return
+		}
+		w.sub, err = w.l.b.Subscribe(ctx, w.key)
+	}
+	if err != nil && ctx.Err() == nil {
+		w.sub = nil
+		w.l.log(slog.LevelWarn, "watch: notices unavailable; polling", w.key, err)
+	}
+}
+
+// wait sleeps for d or until a notice; false when ctx ended.
+func (w *watch) wait(ctx context.Context, d time.Duration) bool {
+	if w.sub == nil {
+		return driver.Sleep(ctx, d) == nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, d)
+	err := w.sub.Wait(wctx)
+	cancel()
+	if ctx.Err() != nil {
+		return false
+	}
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		w.l.log(slog.LevelWarn, "watch: notices failed; polling", w.key, err)
+		_ = w.sub.Close()
+		w.sub, w.pushed = nil, false
+	}
+	return true
+}
