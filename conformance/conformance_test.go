@@ -25,7 +25,7 @@ func harnessOn(wrap func(driver.Backend, *memory.Store) driver.Backend) conforma
 			// The broken layer sits above the crash switch, so its optional
 			// interfaces (Blocker) stay visible to the portable layer.
 			c := conformance.NewCrashable(memory.NewBackend(store))
-			l, err := distlock.New(wrap(c, store))
+			l, err := distlock.New(inspectable(wrap(c, store), c))
 			if err != nil {
 				return nil, err
 			}
@@ -190,6 +190,19 @@ func TestBrokenLockersFail(t *testing.T) {
 		{"Done never closes", func(b driver.Backend, _ *memory.Store) driver.Backend { return doneNeverCloses{b} }, "ForcedExpiryEndsDone"},
 		{"Do not cancelled on loss", func(b driver.Backend, _ *memory.Store) driver.Backend { return doneNeverCloses{b} }, "DoCancelsOnLoss"},
 		{"refresh does not extend", func(b driver.Backend, _ *memory.Store) driver.Backend { return refreshDoesNothing{b} }, "RefreshExtends"},
+		{"Inspect reports a stale value", func() func(driver.Backend, *memory.Store) driver.Backend {
+			left := &leftovers{last: map[string]string{}} // on the "server": shared by the Lockers
+			return func(b driver.Backend, _ *memory.Store) driver.Backend { return staleValue{b, left} }
+		}(), "InspectNewHolder"},
+		{"Inspect reports a wrong token", func(b driver.Backend, _ *memory.Store) driver.Backend { return offByOneToken{b} }, "InspectHolder"},
+		{"Inspect misses the end of a lock", func(b driver.Backend, _ *memory.Store) driver.Backend { return &stickyHolder{Backend: b} }, "InspectAfterCrash"},
+		{"Inspect truncates values", func(b driver.Backend, _ *memory.Store) driver.Backend { return truncatesValue{b} }, "InspectValueBounds"},
+		{"Inspect counts no waiters", func(b driver.Backend, _ *memory.Store) driver.Backend { return &queueOnly{Backend: b} }, "InspectWaiters"},
+		{"Watch never notifies", func(b driver.Backend, _ *memory.Store) driver.Backend { return silentWatch{b} }, "WatchSeesChanges"},
+		{"two leaders", func(b driver.Backend, _ *memory.Store) driver.Backend { return &noExclusion{Backend: b} }, "ElectionOneLeader"},
+		{"observer misses leaders", func(b driver.Backend, _ *memory.Store) driver.Backend { return &stickyHolder{Backend: b} }, "ElectionObserversSeeEveryLeader"},
+		{"hand-over without a larger token", func(b driver.Backend, _ *memory.Store) driver.Backend { return constantToken{b} }, "ElectionResignHandsOver"},
+		{"paused leader keeps its term", func(b driver.Backend, _ *memory.Store) driver.Backend { return doneNeverCloses{b} }, "ElectionPausedLeaderReplaced"},
 		{"waiter leaves residue", func() func(driver.Backend, *memory.Store) driver.Backend {
 			left := &orphans{keys: map[string]bool{}}
 			return func(b driver.Backend, _ *memory.Store) driver.Backend { return &leavesResidue{b, left} }
