@@ -131,6 +131,13 @@ func RunRandom(t testing.TB, sh *Shared, tg *Target, cfg RandomConfig) RandomRow
 	}
 	stopAll := startWorkers(t, sh, env, dir, cellWorkers, bin, environ, cfg.Think, cfg.Seed)
 
+	// The schedule's clock starts at the first grant: a holder fault before
+	// it finds no holder, and a scripted interleaving (a holder cut off
+	// while another waits, a holder spanning two restarts) is timed from
+	// the first holder's grant, whatever the workers' start-up took.
+	if _, _, err := env.waitHolder(ctx); err != nil {
+		t.Logf("the schedule starts without a holder: %v", err)
+	}
 	f := &faulter{env: env, busy: map[int]bool{}, paused: map[int]bool{}}
 	start := Mono()
 	var wg sync.WaitGroup

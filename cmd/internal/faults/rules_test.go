@@ -1,10 +1,12 @@
 package faults
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/testserver"
 )
 
 // TestStrandedRule: a waiter that spends longer than strandBound on a free
@@ -104,4 +106,47 @@ func TestLossNoticeCountsRunningTime(t *testing.T) {
 	if n := judge([]Applied{pause(1500, 3000)}); n != 1 {
 		t.Errorf("ran 2.7 s after its resume without noticing: e-loss-notice %d, want 1", n)
 	}
+}
+
+// TestGenerateScript: a script's steps take their places first and go
+// through the drawn steps' admission (a second server down at once is
+// beyond a tolerance of one); the draws fill in around them.
+func TestGenerateScript(t *testing.T) {
+	tg := &Target{Backend: "redlock", TTL: time.Second, Renew: time.Second / 3, proxyable: true, Redlock: true, repairs: true,
+		Servers: make([]*testserver.Server, 3), Guarantees: distlock.Guarantees{FailuresTolerated: 1, RestartLosesLocks: true}}
+	o := GenOptions{Warmup: 500 * time.Millisecond, Span: 12 * time.Second, MeanGap: 1200 * time.Millisecond, Kinds: []Kind{KKillRestart},
+		Script: []Step{
+			{At: 500 * time.Millisecond, Kind: KKillRestart, Target: 0, Dur: 300 * time.Millisecond},
+			{At: 4 * time.Second, Kind: KKillRestart, Target: 1, Dur: 300 * time.Millisecond},
+		}}
+	sc := Generate(7, tg, Within, o)
+	if sc.Scripted != 2 {
+		t.Fatalf("admitted %d of 2 scripted steps:\n%v", sc.Scripted, sc)
+	}
+	for _, want := range o.Script {
+		if !slices.Contains(sc.Steps, want) {
+			t.Errorf("scripted %v missing:\n%v", want, sc)
+		}
+	}
+	for i, st := range sc.Steps {
+		if i > 0 && st.At < sc.Steps[i-1].At {
+			t.Errorf("steps out of order:\n%v", sc)
+		}
+		if st.At > 500*time.Millisecond && st.At < 3800*time.Millisecond && st != o.Script[0] {
+			t.Errorf("%v drawn while the scripted restart of server 0 counts against the tolerance", st)
+		}
+	}
+	if len(sc.Steps) == 2 {
+		t.Errorf("no draws around the script:\n%v", sc)
+	}
+	// Node 1 at 1 s, while node 0's restart still counts: beyond a
+	// tolerance of one, refused; within Beyond it would run.
+	o.Script[1].At = time.Second
+	if sc := Generate(7, tg, Within, o); sc.Scripted != 1 {
+		t.Errorf("within: admitted %d of 2 scripted steps, want 1 (the second is beyond the tolerance)", sc.Scripted)
+	}
+	if sc := Generate(7, tg, Beyond, o); sc.Scripted != 2 {
+		t.Errorf("beyond: admitted %d of 2 scripted steps, want 2", sc.Scripted)
+	}
+	t.Log(sc)
 }

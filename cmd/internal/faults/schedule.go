@@ -46,7 +46,7 @@ const (
 
 // Step is one fault of a schedule.
 type Step struct {
-	At   time.Duration // from the start of the run
+	At   time.Duration // from the run's first grant (RunRandom starts the clock there)
 	Kind Kind
 	// Target is the server index (server faults), the worker (delay-link),
 	// or -1: the current holder, found when the step runs.
@@ -79,12 +79,19 @@ type Schedule struct {
 	Seed  uint64
 	Mode  Mode
 	Steps []Step
+	// Scripted is how many of GenOptions.Script's steps were admitted
+	// (each of them is in Steps).
+	Scripted int
 }
 
 // String prints the schedule, one step per line, for reproducing a run.
 func (s Schedule) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "schedule seed=%d mode=%s, %d faults:\n", s.Seed, s.Mode, len(s.Steps))
+	fmt.Fprintf(&b, "schedule seed=%d mode=%s, %d faults", s.Seed, s.Mode, len(s.Steps))
+	if s.Scripted > 0 {
+		fmt.Fprintf(&b, " (%d scripted)", s.Scripted)
+	}
+	b.WriteString(":\n")
 	for _, st := range s.Steps {
 		b.WriteString("  " + st.String() + "\n")
 	}
@@ -114,6 +121,17 @@ type GenOptions struct {
 	// kind's default range; the draws are the same, so a seed's schedule
 	// keeps its shape.
 	LinkDur [2]time.Duration
+	// Script is a fixed list of faults the schedule must hold, for a run
+	// that has to meet one interleaving (a holder cut off while another
+	// worker waits, a holder spanning restarts of two different nodes).
+	// Its steps go through the same admission as drawn ones — a kind that
+	// applies to the target in the mode and is among Kinds, and, for
+	// server faults, a server not already faulty and within the mode's
+	// tolerance — and take their places first: the seeded draws then fill
+	// in around them (none when Span ends before the first draw). A
+	// scripted step not admitted is left out of the schedule; see
+	// Schedule.Scripted.
+	Script []Step
 }
 
 // restartCost is the time a kill-restart keeps a server from serving,
@@ -150,7 +168,8 @@ func applicable(k Kind, tg *Target, m Mode) bool {
 	return false
 }
 
-// Generate draws a schedule for tg from seed.
+// Generate draws a schedule for tg from seed: o.Script's steps that it
+// admits, then seeded draws around them, in order of their start.
 func Generate(seed uint64, tg *Target, m Mode, o GenOptions) Schedule {
 	rng := rand.New(rand.NewPCG(seed, 0x6661756c7473)) // "faults"
 	if o.MeanGap <= 0 {
@@ -181,6 +200,55 @@ func Generate(seed uint64, tg *Target, m Mode, o GenOptions) Schedule {
 	var wins []win
 	tol := tg.Guarantees.FailuresTolerated
 	n := len(tg.Servers)
+	// admit reports whether st may join the schedule: its kind applies,
+	// and a server fault finds its server healthy and stays within the
+	// tolerance (it then holds its window).
+	admit := func(st Step) bool {
+		if !slices.Contains(kinds, st.Kind) {
+			return false
+		}
+		switch st.Kind {
+		case KPauseServer, KKillRestart, KClockJump:
+			if st.Target < 0 || st.Target >= n {
+				return false
+			}
+		case KDelayLink:
+			if st.Target < 0 || st.Target >= cellWorkers || st.Server < 0 || st.Server >= n {
+				return false
+			}
+		case KDropReplies:
+			if st.Target < 0 || st.Target >= cellWorkers {
+				return false
+			}
+		}
+		if st.Kind != KPauseServer && st.Kind != KKillRestart {
+			return true
+		}
+		end := st.At + st.Dur + tg.TTL // the repair needs a renewal or two after
+		if st.Kind == KKillRestart {
+			end += restartCost(tg)
+		}
+		busy := map[int]bool{}
+		for _, w := range wins {
+			if w.start < end && st.At < w.end {
+				busy[w.server] = true
+			}
+		}
+		if busy[st.Target] {
+			return false // that server is already faulty then
+		}
+		if m == Within && len(busy)+1 > tol {
+			return false // beyond the declared tolerance
+		}
+		wins = append(wins, win{st.Target, st.At, end})
+		return true
+	}
+	for _, st := range o.Script {
+		if admit(st) {
+			sc.Steps = append(sc.Steps, st)
+			sc.Scripted++
+		}
+	}
 	for at := o.Warmup; ; {
 		at += time.Duration(rng.ExpFloat64() * float64(o.MeanGap))
 		if at >= o.Span {
@@ -212,25 +280,11 @@ func Generate(seed uint64, tg *Target, m Mode, o GenOptions) Schedule {
 			} else {
 				st.Dur = between(100*time.Millisecond, time.Second)
 			}
-			end := at + st.Dur + tg.TTL // the repair needs a renewal or two after
-			if k == KKillRestart {
-				end += restartCost(tg)
-			}
-			busy := map[int]bool{}
-			for _, w := range wins {
-				if w.start < end && at < w.end {
-					busy[w.server] = true
-				}
-			}
-			if busy[st.Target] {
-				continue // that server is already faulty then
-			}
-			if m == Within && len(busy)+1 > tol {
-				continue // beyond the declared tolerance
-			}
-			wins = append(wins, win{st.Target, at, end})
 		}
-		sc.Steps = append(sc.Steps, st)
+		if admit(st) {
+			sc.Steps = append(sc.Steps, st)
+		}
 	}
+	slices.SortStableFunc(sc.Steps, func(a, b Step) int { return cmpInt(int64(a.At), int64(b.At)) })
 	return sc
 }

@@ -16,7 +16,8 @@
 // monotonic reading is per process). -status holds "held TOKEN" from the
 // acquire until the database work starts, "db TOKEN" until the release, and
 // "free" otherwise, so the harness can find the holder.
-// SIGTERM makes the worker finish its current operation and exit.
+// SIGTERM makes the worker finish its current operation, its naps cut
+// short, and exit.
 package main
 
 import (
@@ -147,6 +148,17 @@ func run(url, key, dsn, mode, logPath, status string, id, ops int, duration, ttl
 
 	rng := rand.New(rand.NewPCG(seed, uint64(id)))
 	nap := func() time.Duration { return think/4 + time.Duration(rng.Int64N(int64(think-think/4)+1)) }
+	// rest sleeps d, less once told to stop: SIGTERM cuts the naps of the
+	// operation under way short, not the operation (a long -think would
+	// otherwise keep the harness waiting for seconds at the end of a run).
+	rest := func(d time.Duration) {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
 	var watchers sync.WaitGroup
 	defer watchers.Wait()
 
@@ -183,15 +195,15 @@ func run(url, key, dsn, mode, logPath, status string, id, ops int, duration, ttl
 		// Operations run on a context that SIGTERM does not cut, so a
 		// started write always finishes and is logged with its outcome.
 		octx, ocancel := context.WithTimeout(context.Background(), 20*time.Second)
-		time.Sleep(nap())
+		rest(nap())
 		setStatus("db " + strconv.FormatInt(tok, 10))
 		w := Event{Ev: "write", T0: mono(), Token: tok, Holder: fence.Holder}
 		if mode == "guarded" {
 			err = fencing.WithGuard(octx, pool, key, fence, func(tx pgx.Tx) error {
-				return increment(octx, tx, key, nap(), &w)
+				return increment(octx, tx, key, nap(), rest, &w)
 			})
 		} else {
-			err = increment(octx, pool, key, nap(), &w)
+			err = increment(octx, pool, key, nap(), rest, &w)
 		}
 		// Judged as the result comes back: a refusal while the lease still
 		// stands is a liveness failure, one after it ended is not.
@@ -225,7 +237,7 @@ func run(url, key, dsn, mode, logPath, status string, id, ops int, duration, ttl
 		}
 		rec.log(rel)
 		if idle > 0 {
-			time.Sleep(time.Duration(rng.Int64N(int64(idle) + 1)))
+			rest(time.Duration(rng.Int64N(int64(idle) + 1)))
 		}
 	}
 	return nil
@@ -237,12 +249,12 @@ type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// increment is the read-modify-write: read, wait, write read+1.
-func increment(ctx context.Context, db querier, key string, wait time.Duration, w *Event) error {
+// increment is the read-modify-write: read, wait (by rest), write read+1.
+func increment(ctx context.Context, db querier, key string, wait time.Duration, rest func(time.Duration), w *Event) error {
 	if err := db.QueryRow(ctx, `SELECT n FROM faults_counter WHERE key = $1`, key).Scan(&w.Read); err != nil {
 		return fmt.Errorf("read: %w", err)
 	}
-	time.Sleep(wait)
+	rest(wait)
 	w.Value = w.Read + 1
 	w.TW = mono()
 	tag, err := db.Exec(ctx, `UPDATE faults_counter SET n = $2 WHERE key = $1`, key, w.Value)
