@@ -36,7 +36,11 @@ type mutationCase struct {
 	wait   time.Duration // bound of each Acquire; 0: 10 s
 	// linkDur is the [min, max] duration of link faults; zero: the kinds'.
 	linkDur [2]time.Duration
-	why     string
+	// script is the interleaving the bug needs, as fixed steps of the
+	// schedule (GenOptions.Script, admitted as drawn steps are: within
+	// the mode's tolerance); the seeded draws fill in around it.
+	script []Step
+	why    string
 }
 
 // redisAmbiguous is Redis with a lease TTL long enough (20 s) that a lock
@@ -77,12 +81,27 @@ func mutationCases() []mutationCase {
 				"The safety form of the bug (a late give-back deleting the later attempt's lock: two holders) needs the tombstones off too, which no mutation switches"},
 		{name: "zk-requested-timeout", mutation: "zk-requested-timeout", backend: "zookeeper-clamped", mode: Within, kinds: []Kind{KBlackhole}, seed: 7,
 			target: func(tg *Target) *Target { c := *tg; c.TTL = 4 * zkSession; return &c }, // the lease's own clock no longer ends it first
-			expect: []string{RuleLossNotice, RuleMutex}, span: 6 * time.Second, settle: 4 * time.Second, gap: 1500 * time.Millisecond,
-			think: 1500 * time.Millisecond, linkDur: [2]time.Duration{2500 * time.Millisecond, 5 * time.Second},
-			why: "the server grants 1.5 s of the 6 s asked for and expires the cut-off holder's session on it; a grace from the asked timeout (6 s/4 after go-zookeeper's disconnect) reports the loss after the next holder is granted. The holder sits on its lease (think 1.5 s) so the blackhole finds it holding, not releasing"},
+			expect: []string{RuleLossNotice, RuleMutex}, span: 8 * time.Second, settle: 4 * time.Second, gap: 2 * time.Second,
+			think: 8 * time.Second, wait: 30 * time.Second, linkDur: [2]time.Duration{2500 * time.Millisecond, 5 * time.Second},
+			// The first holder (granted at the schedule's 0, sitting at least
+			// 2 s before its database work and 2 s in it: think/4 each) is cut
+			// off at 0.5 s for 3.5 s: longer than the granted 1.5 s, shorter
+			// than the asked 6 s, while the other two wait on the key.
+			script: []Step{{At: 500 * time.Millisecond, Kind: KBlackhole, Target: -1, Dur: 3500 * time.Millisecond}},
+			why: "the server grants 1.5 s of the 6 s asked for and expires the cut-off holder's session on it; a grace from the asked timeout (6 s/4 after go-zookeeper's disconnect) reports the loss after the next holder is granted. " +
+				"The script cuts the first holder off for 3.5 s while it sits on its lease (think 8 s: at least 4 s) and the others wait"},
 		{name: "redlock-no-repair", mutation: "redlock-no-repair", backend: "redlock", mode: Within, kinds: []Kind{KKillRestart}, seed: 7,
-			expect: []string{RuleLeaseKept}, span: 14 * time.Second, settle: 3 * time.Second, gap: 1200 * time.Millisecond, think: 3 * time.Second,
-			why: "rolling restarts of one Redlock node at a time (within the tolerance): without the retake a healthy holder's lease shrinks below a majority and is lost"},
+			expect: []string{RuleLeaseKept}, span: 12 * time.Second, settle: 3 * time.Second, gap: 1200 * time.Millisecond, think: 14 * time.Second, wait: 30 * time.Second,
+			// The first holder (granted at the schedule's 0, holding at least
+			// think/2 = 7 s) sees node 0 restart empty at 0.5 s and node 1 at
+			// 4 s, as soon as the generator's tolerance allows a second
+			// server fault (0.5 + 0.3 down + TTL + restart cost 2 s).
+			script: []Step{
+				{At: 500 * time.Millisecond, Kind: KKillRestart, Target: 0, Dur: 300 * time.Millisecond},
+				{At: 4 * time.Second, Kind: KKillRestart, Target: 1, Dur: 300 * time.Millisecond},
+			},
+			why: "rolling restarts of one Redlock node at a time (within the tolerance): without the retake a healthy holder's lease shrinks below a majority and is lost. " +
+				"The script restarts nodes 0 and 1 while the first holder sits on its lease (think 14 s: at least 7 s)"},
 	}
 }
 
@@ -120,7 +139,11 @@ func TestMutations(t *testing.T) {
 			}
 			cfg := RandomConfig{Mode: mc.mode, Seed: mc.seed, Mutation: mc.mutation, Settle: mc.settle, Think: mc.think,
 				Idle: mc.idle, Wait: mc.wait,
-				Gen: GenOptions{Warmup: 500 * time.Millisecond, Span: mc.span, Kinds: mc.kinds, MeanGap: mc.gap, LinkDur: mc.linkDur}}
+				Gen: GenOptions{Warmup: 500 * time.Millisecond, Span: mc.span, Kinds: mc.kinds, MeanGap: mc.gap, LinkDur: mc.linkDur, Script: mc.script}}
+			if sc := Generate(cfg.Seed, tg, cfg.Mode, cfg.Gen); sc.Scripted != len(mc.script) {
+				t.Fatalf("the generator admits %d of the %d scripted steps on %s in mode %s: the script is not a schedule the mode allows\n%v",
+					sc.Scripted, len(mc.script), tg.Backend, mc.mode, sc)
+			}
 			row := RunRandom(t, sh, tg, cfg)
 			t.Log(row)
 			var caught []Violation // the bug's own rule first
