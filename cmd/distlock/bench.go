@@ -178,6 +178,8 @@ func planSteps(c *benchConfig) []step {
 					return handoff(ctx, b, key, h)
 				}})
 			}
+		case "observe":
+			steps = append(steps, step{"observer latency", observe})
 		case "held":
 			steps = append(steps, step{fmt.Sprintf("held n=%d", c.held), func(ctx context.Context, b *backend, key string) ([]value, []float64, error) {
 				return held(ctx, b, key, c.held)

@@ -28,6 +28,10 @@ backends side by side (every backend's repeat i runs before any repeat i+1):
   handoff       release → next holder acquired (one monotonic clock),
                 at hold times 0, 5 and 50 ms (at 0 the next client may not
                 be waiting yet: then it is its first attempt on a free key)
+  observe       observer latency of an election (package election): two
+                clients hand leadership over again and again while a third
+                observes; new leader's Campaign returning → observer told,
+                and old leader's Resign → observer told (one monotonic clock)
   crash         a holder process is SIGKILLed (no release, no renewal):
                 time until a waiting client acquires (in-process for mem://)
 
@@ -55,10 +59,10 @@ type benchConfig struct {
 	soakPath string
 }
 
-var allMeasures = []string{"uncontended", "contended", "manykeys", "handoff", "crash", "held"}
+var allMeasures = []string{"uncontended", "contended", "manykeys", "handoff", "observe", "crash", "held"}
 
 // defaultMeasures leave out held, which takes a minute or more per backend.
-var defaultMeasures = []string{"uncontended", "contended", "manykeys", "handoff", "crash"}
+var defaultMeasures = []string{"uncontended", "contended", "manykeys", "handoff", "observe", "crash"}
 
 // handoffHolds are the hold times of the hand-off measurement.
 var handoffHolds = []time.Duration{0, 5 * time.Millisecond, 50 * time.Millisecond}

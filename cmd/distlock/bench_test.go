@@ -22,7 +22,7 @@ func TestBenchMem(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("code %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	for _, want := range []string{"uncontended", "contended k=4", "many keys", "hand-off hold=50ms", "crash", "token source", "Fault matrix: no rows in this report", "loopback TCP round trip"} {
+	for _, want := range []string{"uncontended", "contended k=4", "many keys", "hand-off hold=50ms", "observer latency", "elected→notified p99", "crash", "token source", "Fault matrix: no rows in this report", "loopback TCP round trip"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("table lacks %q:\n%s", want, r.stdout)
 		}
@@ -57,8 +57,14 @@ func TestBenchMem(t *testing.T) {
 				t.Errorf("%s %s %s: stat %+v not ordered", be.URL, f.Group, f.Name, f.Stat)
 			}
 		}
-		if len(groups) != 8 { // uncontended, 2 contended, many keys, 3 hand-off, crash
-			t.Errorf("%s: groups %v, want 8", be.URL, groups)
+		if len(groups) != 9 { // uncontended, 2 contended, many keys, 3 hand-off, observer latency, crash
+			t.Errorf("%s: groups %v, want 9", be.URL, groups)
+		}
+		if f := be.get(row{Group: "observer latency", Name: "changes"}); f == nil || f.Stat.Min < 10 {
+			t.Errorf("%s: observer latency measured too few changes: %+v", be.URL, f)
+		}
+		if f := be.get(row{Group: "observer latency", Name: "missed"}); f == nil || f.Stat.Max != 0 {
+			t.Errorf("%s: the observer missed leaders: %+v", be.URL, f)
 		}
 		if f := be.get(row{Group: "crash", Name: "free after"}); f == nil || f.Stat.Median <= 0 || f.Stat.Median > 10 {
 			t.Errorf("%s: crash figure %+v", be.URL, f)

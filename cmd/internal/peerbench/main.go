@@ -2,6 +2,9 @@
 // user would pick instead of it (issue #15): redis against bsm/redislock,
 // redlock against go-redsync/redsync on the same five nodes, etcd against
 // client/v3/concurrency.Mutex, ZooKeeper against go-zookeeper's zk.Lock.
+// The observer-latency scenario (issue #17) runs distlock's election on
+// each backend, with etcd's concurrency.Election on the same etcd server
+// as the reference (the other peers offer no election).
 //
 // It starts its own servers on loopback (internal/testserver), then for each
 // pair and scenario alternates the two sides (distlock, peer, distlock, peer
@@ -11,6 +14,7 @@
 // goroutines of this one process.
 //
 //	go run ./cmd/internal/peerbench --duration 2s --runs 3 --only redis,etcd --json peers.json
+//	go run ./cmd/internal/peerbench --scenarios observe --duration 5s --runs 3
 package main
 
 import (
@@ -20,6 +24,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,10 +40,15 @@ type config struct {
 	duration time.Duration
 	runs     int
 	only     []string // pair ids; empty means all
+	scens    []string // scenario ids; empty means all
 	jsonPath string
 	retry    string // redislock's retry strategy, see parseRetry
 	dir      string // where the servers' directories go ("" = os.TempDir())
 	progress io.Writer
+
+	observeHold        time.Duration // a leader holds 0..observeHold once the observer has seen it
+	observeBackoffFlag string
+	observeBackoff     backoff // the second distlock row's Observe back-off on redis, redlock (zero: no such row)
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -48,6 +58,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&c.duration, "duration", 2*time.Second, "length of one measured run")
 	fs.IntVar(&c.runs, "runs", 3, "runs per side, interleaved; the table shows medians")
 	fs.StringSliceVar(&c.only, "only", nil, "pairs to measure: redis, redlock, etcd, zk (comma-separated; default all)")
+	fs.StringSliceVar(&c.scens, "scenarios", nil,
+		"scenarios to run: "+strings.Join(scenarioIDs(), ", ")+" (comma-separated; default all)")
+	fs.DurationVar(&c.observeHold, "observe-hold", 50*time.Millisecond,
+		"observer latency: a leader holds a random 0..this once the observer has seen it, then resigns")
+	fs.StringVar(&c.observeBackoffFlag, "observe-backoff", "1ms:50ms",
+		"observer latency: also measure redis and redlock with the observer's WithBackoff(MIN, MAX) set to MIN:MAX (none: don't)")
 	fs.StringVar(&c.jsonPath, "json", "", "also write the results as JSON to this file")
 	fs.StringVar(&c.retry, "redislock-retry", "linear:5ms",
 		"bsm/redislock's retry strategy while waiting: linear:D or exp:MIN:MAX")
@@ -101,6 +117,20 @@ func (c *config) check() error {
 		}
 		c.only[i] = id
 	}
+	for i, id := range c.scens {
+		id = strings.ToLower(strings.TrimSpace(id))
+		if !slices.Contains(scenarioIDs(), id) {
+			return fmt.Errorf("--scenarios %q: want %s", id, strings.Join(scenarioIDs(), ", "))
+		}
+		c.scens[i] = id
+	}
+	if c.observeHold < 0 {
+		return fmt.Errorf("--observe-hold %v: must not be negative", c.observeHold)
+	}
+	var err error
+	if c.observeBackoff, err = parseBackoff(c.observeBackoffFlag); err != nil {
+		return fmt.Errorf("--observe-backoff: %w", err)
+	}
 	if _, err := parseRetry(c.retry); err != nil {
 		return fmt.Errorf("--redislock-retry: %w", err)
 	}
@@ -117,6 +147,20 @@ func (c *config) wants(id string) bool {
 		}
 	}
 	return false
+}
+
+// wantsScenario reports whether scenario id (or observeID) is to run.
+func (c *config) wantsScenario(id string) bool {
+	return len(c.scens) == 0 || slices.Contains(c.scens, id)
+}
+
+// scenarioIDs are the lock scenarios' ids and observeID.
+func scenarioIDs() []string {
+	ids := make([]string, 0, len(scenarios)+1)
+	for _, sc := range scenarios {
+		ids = append(ids, sc.id)
+	}
+	return append(ids, observeID)
 }
 
 func (c *config) note(format string, args ...any) {

@@ -47,30 +47,34 @@ type side struct {
 
 // pair is a distlock backend and the peer library a user would pick instead.
 type pair struct {
-	id       string // --only's name
-	title    string // "redis vs bsm/redislock"
-	kind     testserver.Kind
-	servers  int
-	distlock side
-	peer     side
+	id      string // --only's name
+	title   string // "redis vs bsm/redislock"
+	kind    testserver.Kind
+	servers int
+	backend string                      // distlock's backend
+	url     func(addrs []string) string // distlock's URL of the servers
+	peer    side
 }
 
 var pairs = []*pair{
-	{id: "redis", title: "redis vs bsm/redislock", kind: testserver.KindRedis, servers: 1,
-		distlock: distlockSide("redis", func(a []string) string { return "redis://" + a[0] + "/0" }),
-		peer:     side{name: "bsm/redislock", open: openRedislock}},
-	{id: "redlock", title: "redlock(5) vs redsync", kind: testserver.KindRedis, servers: 5,
-		distlock: distlockSide("redlock", func(a []string) string { return "redlock://" + strings.Join(a, ",") }),
-		peer:     side{name: "go-redsync/redsync", open: openRedsync}},
-	{id: "etcd", title: "etcd vs concurrency.Mutex", kind: testserver.KindEtcd, servers: 1,
-		distlock: distlockSide("etcd", func(a []string) string { return "etcd://" + a[0] }),
-		peer:     side{name: "etcd concurrency.Mutex", open: openEtcdMutex}},
-	{id: "zk", title: "zookeeper vs zk.Lock", kind: testserver.KindZooKeeper, servers: 1,
-		distlock: distlockSide("zookeeper", func(a []string) string {
+	{id: "redis", title: "redis vs bsm/redislock", kind: testserver.KindRedis, servers: 1, backend: "redis",
+		url:  func(a []string) string { return "redis://" + a[0] + "/0" },
+		peer: side{name: "bsm/redislock", open: openRedislock}},
+	{id: "redlock", title: "redlock(5) vs redsync", kind: testserver.KindRedis, servers: 5, backend: "redlock",
+		url:  func(a []string) string { return "redlock://" + strings.Join(a, ",") },
+		peer: side{name: "go-redsync/redsync", open: openRedsync}},
+	{id: "etcd", title: "etcd vs concurrency.Mutex", kind: testserver.KindEtcd, servers: 1, backend: "etcd",
+		url:  func(a []string) string { return "etcd://" + a[0] },
+		peer: side{name: "etcd concurrency.Mutex", open: openEtcdMutex}},
+	{id: "zk", title: "zookeeper vs zk.Lock", kind: testserver.KindZooKeeper, servers: 1, backend: "zookeeper",
+		url: func(a []string) string {
 			return "zk://" + a[0] + "/peerbench-distlock?session_timeout=" + zkSessionTimeout.String()
-		}),
+		},
 		peer: side{name: "go-zookeeper zk.Lock", open: openZkLock}},
 }
+
+// distlock is the pair's distlock side.
+func (p *pair) distlock() side { return distlockSide(p.backend, p.url) }
 
 func pairByID(id string) *pair {
 	for _, p := range pairs {

@@ -19,7 +19,8 @@ func TestAllPairsShort(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
-	c := config{duration: 200 * time.Millisecond, runs: 1, retry: "linear:5ms", dir: t.TempDir(), progress: &progress}
+	c := config{duration: 200 * time.Millisecond, runs: 1, retry: "linear:5ms", dir: t.TempDir(), progress: &progress,
+		observeHold: 5 * time.Millisecond, observeBackoff: backoff{time.Millisecond, 50 * time.Millisecond}}
 	rep, err := benchmark(ctx, c)
 	if err != nil {
 		t.Fatal(err)
@@ -57,6 +58,23 @@ func TestAllPairsShort(t *testing.T) {
 			t.Errorf("%s, %s: ratios %v, %v", cl.Title, cl.ScTitle, cl.OpsRatio, cl.WaitP99Ratio)
 		}
 	}
+	wantObserve := 0
+	for _, p := range pairs {
+		if _, ok := rep.Machine.Servers[p.id]; ok {
+			wantObserve += len(electSides(p, c.observeBackoff))
+		}
+	}
+	if len(rep.Observe) != wantObserve {
+		t.Errorf("%d observer-latency rows, want %d", len(rep.Observe), wantObserve)
+	}
+	for _, cl := range rep.Observe {
+		// Every leader holds until the observer has seen it: none may be
+		// missed, and none takes seconds.
+		if len(cl.Runs) != 1 || cl.Changes < 20 || cl.Missed != 0 || cl.ElectedP99Ms <= 0 || cl.ElectedP99Ms > 2000 ||
+			cl.HandoverP50Ms < cl.ElectedP50Ms {
+			t.Errorf("%s, %s: %+v", cl.Backend, cl.Side, cl)
+		}
+	}
 	var out bytes.Buffer
 	printReport(&out, rep)
 	t.Log("\n" + out.String())
@@ -82,8 +100,24 @@ func TestReportFromSyntheticRuns(t *testing.T) {
 	if un.DL.OpsPerSec != 200 || un.OpsRatio != 2 || un.DL.AllocsPerOp != 108 {
 		t.Errorf("even runs: ops %v ratio %v allocs %v; want 200, 2, 108", un.DL.OpsPerSec, un.OpsRatio, un.DL.AllocsPerOp)
 	}
+	msd := func(xs ...int) []time.Duration {
+		var ds []time.Duration
+		for _, x := range xs {
+			ds = append(ds, time.Duration(x)*time.Millisecond)
+		}
+		return ds
+	}
+	// Percentiles over the runs' changes together, not medians of runs.
+	ob := &ObserveCell{Pair: "etcd", Backend: "etcd", Side: "etcd concurrency.Election", Reference: true, Runs: []observeRun{
+		{Changes: 3, ObserverFirst: 1, elected: msd(-1, 2, 3), hando: msd(5, 6, 7)},
+		{Changes: 2, Missed: 1, elected: msd(40, 50), hando: msd(60, 70)}}}
+	ob.summarize()
+	if ob.Changes != 5 || ob.Missed != 1 || ob.ObserverFirst != 1 || ob.ElectedP50Ms != 3 || ob.ElectedP99Ms != 50 || ob.HandoverP50Ms != 7 {
+		t.Errorf("observe summary %+v", ob)
+	}
 	rep := &Report{Machine: Machine{CPU: "Test CPU", Cores: 2, GoVersion: "go1.x"}, Duration: "1s", Runs: 3,
-		Cells: []*Cell{cl, un}, Notes: []string{"etcd vs concurrency.Mutex not measured: x"}}
+		Cells: []*Cell{cl, un}, Notes: []string{"etcd vs concurrency.Mutex not measured: x"},
+		Observe: []*ObserveCell{ob}, ObserveMethod: "observer latency: test"}
 	var out bytes.Buffer
 	printReport(&out, rep)
 	got := out.String()
@@ -94,6 +128,8 @@ func TestReportFromSyntheticRuns(t *testing.T) {
 		"| 8 workers, 1 key, 5 ms hold: ops/s, p99 wait | 0.50×, 0.25× | – |",
 		"zookeeper vs zk.Lock                 108",
 		"note: etcd vs concurrency.Mutex not measured",
+		"observer latency: test",
+		"etcd     etcd concurrency.Election (reference)                     3.00   50.00                    7.00   70.00        5       1               1",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("report lacks %q:\n%s", want, got)
@@ -121,15 +157,23 @@ func TestPercentile(t *testing.T) {
 }
 
 func TestFlags(t *testing.T) {
-	for _, args := range [][]string{{"--only", "nope"}, {"--runs", "0"}, {"--duration", "0s"}, {"--redislock-retry", "exp:5ms"}} {
+	for _, args := range [][]string{{"--only", "nope"}, {"--runs", "0"}, {"--duration", "0s"}, {"--redislock-retry", "exp:5ms"},
+		{"--scenarios", "nope"}, {"--observe-hold", "-1s"}, {"--observe-backoff", "50ms"}, {"--observe-backoff", "9ms:1ms"}} {
 		var stderr bytes.Buffer
 		if code := run(args, &bytes.Buffer{}, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, stderr.String())
 		}
 	}
-	c := config{duration: time.Second, runs: 1, retry: "exp:16ms:512ms", only: []string{"ZooKeeper", " redis"}}
+	c := config{duration: time.Second, runs: 1, retry: "exp:16ms:512ms", only: []string{"ZooKeeper", " redis"},
+		scens: []string{" Observe", "8keys"}, observeBackoffFlag: "2ms:40ms"}
 	if err := c.check(); err != nil {
 		t.Fatal(err)
+	}
+	if !c.wantsScenario(observeID) || !c.wantsScenario("8keys") || c.wantsScenario("uncontended") {
+		t.Errorf("--scenarios %v: wants observe and 8keys, not uncontended", c.scens)
+	}
+	if c.observeBackoff != (backoff{2 * time.Millisecond, 40 * time.Millisecond}) {
+		t.Errorf("--observe-backoff 2ms:40ms: %+v", c.observeBackoff)
 	}
 	if !c.wants("zk") || !c.wants("redis") || c.wants("etcd") {
 		t.Errorf("--only %v: wants zk, redis and not etcd", c.only)

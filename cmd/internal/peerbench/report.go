@@ -16,13 +16,18 @@ import (
 
 // Report is everything one peerbench run measured.
 type Report struct {
-	Machine  Machine  `json:"machine"`
-	Duration string   `json:"duration"` // of one run
-	Runs     int      `json:"runs"`     // per side
-	Method   string   `json:"method"`
-	Cells    []*Cell  `json:"cells"`
-	Notes    []string `json:"notes,omitempty"`
-	Errors   []string `json:"errors,omitempty"`
+	Machine  Machine `json:"machine"`
+	Duration string  `json:"duration"` // of one run
+	Runs     int     `json:"runs"`     // per side
+	Method   string  `json:"method"`
+	// ObserveMethod is how the observer-latency scenario measures.
+	ObserveMethod string  `json:"observe_method,omitempty"`
+	Cells         []*Cell `json:"cells"`
+	// Observe is the observer-latency scenario: distlock's election per
+	// backend and etcd's concurrency.Election (see ObserveMethod).
+	Observe []*ObserveCell `json:"observe,omitempty"`
+	Notes   []string       `json:"notes,omitempty"`
+	Errors  []string       `json:"errors,omitempty"`
 }
 
 // Machine is where the figures come from.
@@ -69,10 +74,22 @@ const method = "each pair on its own loopback servers started here; per scenario
 	"workers are goroutines of one process; a worker locks the same key each time (waiting acquire, TTL 10s, " +
 	"no auto-renew); figures are medians over the runs; wait = acquire call to grant"
 
+const observeMethod = "observer latency: two candidates (each its own client) campaign for one role again and again; " +
+	"the leader holds until the observer (a third client) has reported it, then a random 0..%v more, and resigns, " +
+	"so the other, already waiting, is elected; elected→notified = from the new leader's Campaign returning to the " +
+	"observer receiving it (one monotonic clock; negative when the observer hears first, counted as 'observer first'); " +
+	"resign→notified = from the old leader's Resign call to the observer receiving the successor; percentiles over " +
+	"every change of every run (the first term of a run is not counted); rows of one backend interleave run by run; " +
+	"distlock with default settings unless a WithBackoff is named; bsm/redislock, redsync and zk.Lock have no election, " +
+	"so etcd's concurrency.Election (library defaults, session TTL 60s) on the etcd server is the reference row for all"
+
 // benchmark starts the servers and measures every wanted pair. It returns
 // a report even on error (with what was measured until then).
 func benchmark(ctx context.Context, c config) (*Report, error) {
 	rep := &Report{Machine: machine(), Duration: c.duration.String(), Runs: c.runs, Method: method}
+	if c.wantsScenario(observeID) {
+		rep.ObserveMethod = fmt.Sprintf(observeMethod, c.observeHold)
+	}
 	srv := startServers(ctx, c)
 	defer srv.Close()
 	rep.Machine.Servers = srv.versions
@@ -87,6 +104,11 @@ func benchmark(ctx context.Context, c config) (*Report, error) {
 		cells, errs := benchPair(ctx, c, p, srv.addrs[p.id])
 		rep.Cells = append(rep.Cells, cells...)
 		rep.Errors = append(rep.Errors, errs...)
+		if c.wantsScenario(observeID) && ctx.Err() == nil {
+			ocells, errs := benchObserve(ctx, c, p, srv.addrs[p.id])
+			rep.Observe = append(rep.Observe, ocells...)
+			rep.Errors = append(rep.Errors, errs...)
+		}
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
@@ -100,10 +122,13 @@ func benchPair(ctx context.Context, c config, p *pair, addrs []string) ([]*Cell,
 	var cells []*Cell
 	var errs []string
 	for _, sc := range scenarios {
+		if !c.wantsScenario(sc.id) {
+			continue
+		}
 		cell := &Cell{Pair: p.id, Title: p.title, Scenario: sc.id, ScTitle: sc.title}
 		failed := false
 		for r := range c.runs {
-			for _, s := range []side{p.distlock, p.peer} {
+			for _, s := range []side{p.distlock(), p.peer} {
 				if ctx.Err() != nil {
 					return cells, errs
 				}
@@ -223,7 +248,8 @@ func writeJSON(path string, rep *Report) error {
 }
 
 // printReport writes the machine, the long table (every figure) and the
-// ratio matrix of issue #15 (scenario × pair).
+// ratio matrix of issue #15 (scenario × pair), and the observer-latency
+// table of issue #17.
 func printReport(w io.Writer, rep *Report) {
 	m := rep.Machine
 	fmt.Fprintf(w, "distlock vs peers: %d run(s) of %s per side, interleaved, medians\n", rep.Runs, rep.Duration)
@@ -243,6 +269,24 @@ func printReport(w io.Writer, rep *Report) {
 	}
 	fmt.Fprintf(w, "method: %s\n\n", rep.Method)
 
+	if len(rep.Cells) > 0 {
+		printLockTables(w, rep)
+	}
+	if len(rep.Observe) > 0 {
+		fmt.Fprintf(w, "\nobserver latency (leader change → observer notified):\n%s\n\n", rep.ObserveMethod)
+		writeTable(w, observeTable(rep), 2)
+	}
+	for _, n := range rep.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+	for _, e := range rep.Errors {
+		fmt.Fprintln(w, "error:", e)
+	}
+}
+
+// printLockTables writes the lock scenarios' long table, the allocations
+// and the ratio matrix.
+func printLockTables(w io.Writer, rep *Report) {
 	rows := [][]string{{"scenario", "pair", "distlock ops/s", "peer ops/s", "ratio", "distlock p99 wait ms", "peer p99 wait ms", "p99 ratio"}}
 	for _, c := range rep.Cells {
 		rows = append(rows, []string{c.ScTitle, c.Title,
@@ -263,12 +307,6 @@ func printReport(w io.Writer, rep *Report) {
 
 	fmt.Fprintln(w, "\nratios, distlock / peer (ops/s: higher is better; p99 wait: lower is better):")
 	fmt.Fprint(w, matrix(rep))
-	for _, n := range rep.Notes {
-		fmt.Fprintln(w, "note:", n)
-	}
-	for _, e := range rep.Errors {
-		fmt.Fprintln(w, "error:", e)
-	}
 }
 
 // matrix is the Markdown table of issue #15: a row per scenario, a column
