@@ -208,5 +208,79 @@
 // Without events Done closes only when a Refresh (Do and WithAutoRenew
 // refresh every TTL/3) finds the znode gone.
 //
+// # Inspect and Watch
+//
+// The holder's value (distlock.WithValue) is its lock znode's data, written
+// by the create that queues it: no request of its own, and none of it
+// without a value (the znode then has no data, as before values existed).
+// With Dial, a lease's first refresh reads its znode (GetW, see Renewal),
+// so the value crosses the network once more per lease.
+//
+// Inspect lists the key directory and reads the lowest lock znode (one
+// GetData returns its data and its stat): two round trips. It reports
+//   - Token: that znode's czxid, the holder's Lease.Token;
+//   - Value: its data;
+//   - TTL: always 0. The lock lasts as long as its holder's session, and
+//     the server keeps no time per lock (the session's timeout runs only
+//     while its client is silent);
+//   - Waiters: the lock znodes listed after the holder's. That is the
+//     Acquire calls queued, but also a TryAcquire that is checking its
+//     place (its znode lives for one round trip) and the znode of an
+//     abandoned wait the backend has not deleted yet;
+//   - a missing key directory, or one without lock znodes, as a free key.
+//
+// If the holder releases between the listing and the read, the next znode
+// of the listing is read instead. Once read, it is the holder: every znode
+// listed before it is gone, and znodes created later have larger sequence
+// numbers. So a hand-over costs one read more, not a new listing. When
+// every znode read is gone, Inspect lists the directory again; after three
+// listings it returns an error. A znode found gone is never reported.
+//
+// The server the session is connected to answers the reads, and in an
+// ensemble it may lag the leader. So Inspect may report a holder that has
+// just released, or miss a lock the leader has just granted. A session
+// reads the ensemble's history in order, across reconnections too (a
+// server behind what the session has seen refuses it), so one Locker's
+// reads do not go back in time while its session lasts; after an expiry
+// go-zookeeper forgets what it saw, and the new session may land on a
+// server further behind. Inspect sends no sync (a round trip through the
+// leader) first. A holder whose lease has already
+// reported its loss (Done closed after the disconnect grace or the
+// silence bound) is reported as long as its znode lives, as the server
+// sees it: until the session ends or the znode is deleted on reconnection.
+//
+// Watch sets a child watch on the key directory. While the directory is
+// missing it sets an exist watch instead (the server reaps an empty
+// container, so the directory comes and goes). A ZooKeeper watch fires
+// once. Each time one fires, Wait reads the directory again with a new
+// watch before it returns, so no change falls between two watches. It
+// compares the two reads and returns when the lowest lock znode differs.
+// It also returns when it cannot tell: the key was free at both reads but
+// children came and went meanwhile (a short holder), or the directory was
+// missing at either read. A waiter joining or leaving fires the watch but
+// ends no Wait. Each firing costs one read.
+//
+// Watches outlive a reconnection within the session: go-zookeeper sets
+// them again on the new connection, and the server fires at once those
+// whose path changed in between. A session's expiry fires them all, and
+// Wait sets its watch again in the new session. While the connection is
+// down, Wait tries its read again until its context ends (the portable
+// layer then inspects, and calls Wait again, which reads and compares
+// again); a read that fails for good (the backend closed) ends Wait with
+// an error, after which the portable layer polls and calls Watch again. Should go-zookeeper's
+// request to set the watches again fail without the connection dropping
+// (see Renewal), a Watch would go silent; the portable layer's poll
+// (every 5 s while notices are pushed) bounds that.
+//
+// go-zookeeper cannot remove a watch (ZooKeeper's removeWatches is not in
+// its API), so a closed subscription leaves its watch set until the
+// directory next changes or the session ends. That leaves at most one
+// watch per key directory on the server, which keeps one per path and
+// connection, and about one in the client: a Locker's subscriptions to a
+// key share the watch that has not fired yet. The first Watch of a key
+// costs a read; the others cost none while it is set. Watch and Wait run
+// no goroutine of their own. A read cut short by its context finishes on
+// its own goroutine, within about a session timeout.
+//
 // It requires ZooKeeper 3.5.3 or newer (container znodes).
 package zookeeper

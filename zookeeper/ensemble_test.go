@@ -17,6 +17,7 @@ func TestEnsemble(t *testing.T) {
 	t.Run("KillFollower", func(t *testing.T) { testKillFollower(t, cl) })
 	t.Run("PauseHolderServer", func(t *testing.T) { testPauseHolderServer(t, cl) })
 	t.Run("KillLeader", func(t *testing.T) { testKillLeader(t, cl) })
+	t.Run("WatchOnFollower", func(t *testing.T) { testWatchOnFollower(t, cl) })
 }
 
 func dial(t *testing.T, servers []string, timeout time.Duration) distlock.Locker {
@@ -206,4 +207,57 @@ func testKillLeader(t *testing.T, cl *testserver.Cluster) {
 		t.Fatalf("key not held after the election while the lease is: %v", err)
 	}
 	handOver(t, lease, other)
+}
+
+// testWatchOnFollower watches and inspects a key through a follower while
+// its holder talks to the leader: the grant and the release are pushed
+// (well within the portable layer's fallback poll), and an Inspect made
+// after a notice, on the same follower, shows what the notice reported.
+func testWatchOnFollower(t *testing.T, cl *testserver.Cluster) {
+	const timeout = 4 * time.Second
+	const pushed = 2500 * time.Millisecond // a lost notice is polled for after 5 s
+	lead := leader(t, cl)
+	f := (lead + 1) % len(cl.Members)
+	watcher := dial(t, []string{cl.Members[f].Addr()}, timeout)
+	holder := dial(t, []string{cl.Members[lead].Addr()}, timeout)
+	ctx := ctxFor(t, 60*time.Second)
+	const key = "watch-on-follower"
+	// A poll would come no sooner than the back-off: 10 s.
+	ch, err := watcher.Watch(ctx, key, distlock.WithBackoff(10*time.Second, 20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(what string, within time.Duration) distlock.Holder {
+		t.Helper()
+		select {
+		case h, ok := <-ch:
+			if !ok {
+				t.Fatalf("%s: the Watch ended", what)
+			}
+			return h
+		case <-time.After(within):
+			t.Fatalf("%s: nothing within %v", what, within)
+		}
+		panic("unreachable")
+	}
+	if h := next("the first report", 30*time.Second); h.Held {
+		t.Fatalf("first report %+v, want the key free", h)
+	}
+	lease, err := holder.TryAcquire(ctx, key, distlock.WithValue("on-leader"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := distlock.Holder{Held: true, Token: lease.Token(), Value: "on-leader"}
+	if h := next("a grant on the leader", pushed); h != want {
+		t.Fatalf("Watch on a follower reported %+v, want %+v", h, want)
+	}
+	if h, err := watcher.Inspect(ctx, key); err != nil || h != want {
+		t.Fatalf("Inspect on the follower after the notice: %+v, %v; want %+v", h, err, want)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h := next("a release on the leader", pushed); h.Held {
+		t.Fatalf("Watch on a follower reported %+v after the release, want the key free", h)
+	}
 }

@@ -67,7 +67,7 @@ func (b *backend) Lock(ctx context.Context, req driver.Request) (driver.Grant, e
 func (b *backend) acquire(ctx context.Context, req driver.Request, wait bool) (driver.Grant, error) {
 	conn := b.conn.Load()
 	dir := b.base + "/" + escapeKey(req.Key)
-	n, stat, err := b.enqueue(ctx, conn, dir, req.Owner)
+	n, stat, err := b.enqueue(ctx, conn, dir, req.Owner, req.Value)
 	if err != nil {
 		return driver.Grant{}, b.unreachable(err)
 	}
@@ -101,13 +101,18 @@ type firstLook struct {
 	statErr   error
 }
 
-// enqueue creates our znode; if the key directory is missing (first use,
-// or reaped by the server while empty) it creates it as a container and
-// tries again.
-func (b *backend) enqueue(ctx context.Context, conn *zk.Conn, dir, owner string) (*node, *firstLook, error) {
+// enqueue creates our znode, with the holder's value as its data (Inspect
+// reads it; none without a value); if the key directory is missing (first
+// use, or reaped by the server while empty) it creates it as a container
+// and tries again.
+func (b *backend) enqueue(ctx context.Context, conn *zk.Conn, dir, owner, value string) (*node, *firstLook, error) {
 	prefix := dir + "/lock-" + escapeOwner(owner) + "-"
+	var data []byte // nil, as before values existed, when there is none
+	if value != "" {
+		data = []byte(value)
+	}
 	for attempt := 0; ; attempt++ {
-		path, look, err := b.create(ctx, conn, dir, owner, prefix)
+		path, look, err := b.create(ctx, conn, dir, owner, prefix, data)
 		if err == nil {
 			name := path[len(dir)+1:]
 			_, seq, ok := parseName(name)
@@ -130,7 +135,7 @@ func (b *backend) enqueue(ctx context.Context, conn *zk.Conn, dir, owner string)
 // in one goroutine (go-zookeeper calls take no ctx; one hand-off per
 // acquire, not one per call). If ctx ends first the znode may exist: the
 // goroutine hands it to the janitor, which finds it by our owner id.
-func (b *backend) create(ctx context.Context, conn *zk.Conn, dir, owner, prefix string) (string, *firstLook, error) {
+func (b *backend) create(ctx context.Context, conn *zk.Conn, dir, owner, prefix string, data []byte) (string, *firstLook, error) {
 	if err := ctx.Err(); err != nil {
 		return "", nil, err
 	}
@@ -150,7 +155,7 @@ func (b *backend) create(ctx context.Context, conn *zk.Conn, dir, owner, prefix 
 		return gaveUp
 	}
 	go func() {
-		p, err := conn.Create(prefix, nil, zk.FlagEphemeral|zk.FlagSequence, b.acl)
+		p, err := conn.Create(prefix, data, zk.FlagEphemeral|zk.FlagSequence, b.acl)
 		var look *firstLook
 		if err == nil && !abandoned() {
 			look = b.look(conn, dir, p)

@@ -91,6 +91,7 @@ type backend struct {
 
 	sess    sessionState
 	janitor janitor
+	hub     watchHub // the key directories' watches, shared by Watch (watch.go)
 
 	firstSession chan struct{} // closed at the first HasSession event
 	firstOnce    sync.Once
@@ -106,6 +107,16 @@ type backend struct {
 	// refreshReads counts the znode reads of Refresh and RefreshBatch:
 	// the renewal tests check that a batch costs one, not one per lease.
 	refreshReads atomic.Int64
+	// dirWatchFires counts the key directory watches that fired in a
+	// subscription's Wait: the watch tests check that a waiter joining
+	// fires one without waking Wait.
+	dirWatchFires atomic.Int64
+	// dirWatchReads counts the reads that set a key directory watch: the
+	// watch tests check that subscriptions share them.
+	dirWatchReads atomic.Int64
+	// afterList, if set (by this package's tests), runs in Inspect after
+	// each listing of a non-empty queue, before the holder is read.
+	afterList func()
 }
 
 func newBackend(o driver.Settings, timeout time.Duration, owned bool, ensemble int) *backend {
@@ -148,6 +159,7 @@ func newBackend(o driver.Settings, timeout time.Duration, owned bool, ensemble i
 			"with New the backend sees neither the granted timeout nor the server's last answer: the grace (default zero) counts from go-zookeeper's disconnect event, 2/3 of go-zookeeper's timeout after the last reply arrived, and must stay under 1/3 of the session timeout; the notice is ahead of the server only while the round trip stays under 1/3 of the timeout minus the grace, and only if the session was never granted a smaller timeout than go-zookeeper's (at its creation, say): a restored session expires on that one",
 			"in an ensemble, a follower cut off from the leader answers its clients for up to syncLimit*tickTime after the leader last heard of them: the notice stays ahead only if syncLimit*tickTime + tickTime/2 + min(grace, 2T/3) < 2T/3, T the session timeout; a follower that answers a ping and then freezes may never pass it on, leaving the leader's news of the session T/3 older than the client's: the silence bound then fires just as the leader can expire the session, with no margin for timer lateness",
 			"a holder process paused longer than a third of the session timeout learns of the loss after the next holder is granted the lock: guard writes with the fencing token",
+			"Inspect reports TTL 0 (a lock lasts as long as its holder's session) and the lock znodes queued behind the holder as Waiters; it reads from the server the session is connected to, which may lag the leader",
 			"needs ZooKeeper >= 3.5.3 (container znodes reap empty key directories)",
 		},
 	}
