@@ -30,7 +30,7 @@ func EtcdCluster(t testing.TB, n int, opts ...Option) *Cluster {
 
 // etcdSpec describes etcd members under cfg.
 func etcdSpec(cfg *config) (spec, error) {
-	bin, err := lookBinary("etcd", "etcd", "/usr/bin/etcd")
+	bin, err := etcdBinary()
 	if err != nil {
 		return spec{}, err
 	}
@@ -42,7 +42,7 @@ func etcdSpec(cfg *config) (spec, error) {
 			for i, s := range ms {
 				initial = append(initial, fmt.Sprintf("m%d=http://127.0.0.1:%d", i, s.ports[1]))
 			}
-			// etcd 3.4 refuses to start when an ETCD_* variable shadows a flag.
+			// etcd refuses to start when an ETCD_* variable shadows a flag.
 			var env []string
 			for _, kv := range os.Environ() {
 				if !strings.HasPrefix(kv, "ETCD_") {
@@ -65,7 +65,7 @@ func etcdSpec(cfg *config) (spec, error) {
 					"--initial-cluster-token", token,
 					"--heartbeat-interval", fmt.Sprint(cfg.etcdHeartbeat.Milliseconds()),
 					"--election-timeout", fmt.Sprint(cfg.etcdElection.Milliseconds()),
-					"--logger", "zap", "--log-outputs", "stderr", // 3.4 defaults to the deprecated capnslog
+					"--logger", "zap", "--log-outputs", "stderr", // zap is 3.5's default; 3.4's is the deprecated capnslog
 				}
 				s.ready = func(ctx context.Context) error { return etcdHealthy(ctx, s) }
 			}
