@@ -75,3 +75,26 @@ func ExampleLease_Done() {
 	fmt.Println(errors.Is(lease.Err(), distlock.ErrLeaseLost))
 	// Output: true
 }
+
+// Inspect reads a key's lock without taking it: whether it is held, the
+// holder's value (WithValue), token and remaining TTL as the server counts
+// it. It may be out of date as soon as it returns: decide nothing on it
+// that a fencing token should decide.
+func ExampleLocker_Inspect() {
+	ctx := context.Background()
+	locker, _ := distlock.Open(ctx, "mem://example-inspect")
+	defer locker.Close()
+
+	lease, _ := locker.Acquire(ctx, "invoices", distlock.WithValue("worker-7 (10.0.0.7)"), distlock.WithTTL(time.Hour))
+	h, _ := locker.Inspect(ctx, "invoices")
+	fmt.Printf("held: %v, by %s, token %d, about %v left\n", h.Held, h.Value, h.Token, h.TTL.Round(time.Minute))
+	fmt.Println("waiters:", h.Waiters) // -1: this backend keeps no queue (etcd and ZooKeeper do)
+
+	_ = lease.Release(ctx)
+	h, _ = locker.Inspect(ctx, "invoices")
+	fmt.Printf("held: %v, value %q, token %d\n", h.Held, h.Value, h.Token)
+	// Output:
+	// held: true, by worker-7 (10.0.0.7), token 1, about 1h0m0s left
+	// waiters: -1
+	// held: false, value "", token 0
+}
