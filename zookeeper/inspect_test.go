@@ -113,7 +113,16 @@ func testInspectHolderGone(t *testing.T, h *zkHarness) {
 	// takes the place of the one listed.
 	dir := DefaultBasePath + "/" + escapeKey(key)
 	acl := zk.WorldACL(zk.PermAll)
-	prev, err := h.admin.Create(dir+"/lock-churn0-", []byte("gone"), zk.FlagEphemeral|zk.FlagSequence, acl)
+	var prev string
+	for try := 0; ; try++ { // the empty directory may be reaped under us: make it again
+		prev, err = h.admin.Create(dir+"/lock-churn0-", []byte("gone"), zk.FlagEphemeral|zk.FlagSequence, acl)
+		if !errors.Is(err, zk.ErrNoNode) || try == 5 {
+			break
+		}
+		if _, err := h.admin.CreateContainer(dir, nil, zk.FlagContainer, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			t.Fatal(err)
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
