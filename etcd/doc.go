@@ -5,7 +5,8 @@
 // # How a lock works
 //
 // Each attempt on key K creates prefix/K/<owner> (owner is random per lease)
-// bound to an etcd lease, in one transaction that also reads the queue. The
+// bound to an etcd lease, with the holder's value (WithValue) as the key's
+// value, in one transaction that also reads the queue. The
 // owner of K is the key with the lowest CreateRevision under prefix/K/; the
 // fencing token is that CreateRevision, a cluster-wide revision, so tokens
 // strictly increase across holders of K and across restarts and leader
@@ -71,14 +72,72 @@
 // so a member that hangs with its connection open (or a silent network
 // path) delays notices by about that much, not until it comes back.
 //
+// # Inspect and Watch
+//
+// The value is written by the Put that creates the queue key, so storing
+// it costs no round trip, and with no value the key is what it was
+// before: empty. A waiter's key carries its value from the moment it
+// queues, so a waiter that becomes the holder is reported with its own
+// value, never its predecessor's. A Refresh that moves a key to a lease of
+// another TTL leaves the value as it is. Acquire, Refresh and Release read
+// keys only, never values.
+//
+// Inspect makes two round trips: one Get of the queue's oldest key (the
+// holder; its CreateRevision is the token, its value the holder's value),
+// which also counts the keys behind it, then the remaining TTL of that
+// key's lease (LeaseTimeToLive). Both reads are linearizable: a member cut
+// off from the leader fails them rather than answer from a stale copy (the
+// lease read is the leader's in any case, so a serializable Get would save
+// little). What Inspect reports is the queue at the Get's revision and the
+// lease a moment later; if the lease is gone by then, the holder has just
+// left, and the queue is read again (up to five times, then an error).
+//
+//   - Waiters counts the keys behind the holder: blocked Acquire calls,
+//     including those of a process that died, until their leases run out.
+//   - TTL is the lease's remaining time as etcd counts it, in whole seconds
+//     rounded down (under a second reads as 1ns, since 0 means no TTL), the
+//     time after which etcd frees the key unless the holder refreshes it
+//     (plus up to half a second before etcd acts on an expiry). The lease
+//     is asked for ceil(TTL)+1 s, so with a TTL that is not whole seconds
+//     it may exceed the holder's TTL by under a second.
+//   - A key put under the queue by hand with no lease holds the lock until
+//     it is deleted; Inspect reports it, with TTL 0. So does a TryAcquire
+//     whose reply was lost, until it is given back or its lease runs out,
+//     with a token no Lease has.
+//
+// Watch is one etcd watch on the key's queue per call, made at the
+// server's current revision; it returns once the server has confirmed
+// the watch (a round trip; a server silent for 5 s makes Watch fail and
+// the portable layer poll), so every change after it returns is heard. A
+// notice is given for each key created or deleted under the queue, which
+// covers every grant, hand-over, release and expiry, and also waiters
+// joining and leaving (telling them apart would need a read); not for a
+// Refresh that moves a key to another lease. The responses the client
+// already holds when a notice is taken add no notice of their own. A watch
+// that breaks (the revisions it missed were compacted while it was away,
+// its member lost the leader: the watch requires one, or the backend
+// closed) makes Wait fail; the portable layer then reads, polls and
+// watches again. Close cancels the watch on the server. Unlike the loss
+// watch, a Watch is not checked for silence: a member that hangs with its
+// connection open delays its notices until the portable layer's next poll
+// (5 s). A Watch whose context ends (or whose 5 s run out) before the
+// server confirmed it is forgotten by the etcd client (3.5) without being
+// cancelled on the server, which keeps that watch until the next change of
+// the key.
+//
 // Server versions: an etcd leader that stalls (a long fsync, CPU
 // starvation, SIGSTOP) and then resumes can revoke leases that the new
-// leader kept alive (etcd-io/etcd#15247, fixed by #16822 on the 3.4 and 3.5
-// lines). A lock is then deleted while its holder's local deadline still
-// runs, and until the loss notice arrives two holders overlap; the soak
-// found exactly that once on Debian's etcd 3.4.23 with a paused leader, and
-// the fencing guard refused both holders' stale writes. Use a server with
-// the fix, and fence the resource.
+// leader kept alive (etcd-io/etcd#15247). A lock is then deleted while its
+// holder's local deadline still runs, and until the loss notice arrives two
+// holders overlap; the soak found exactly that once on Debian's etcd 3.4.23
+// with a paused leader, and the fencing guard refused both holders' stale
+// writes. The fix (#16822: 3.4.31, 3.5.13, 3.6.0) has the old leader
+// confirm its leadership before it revokes, but from 3.4.34, 3.5.16 and
+// 3.6.0 on that check is skipped when the member ticked lately (#18428), as
+// one resuming from a pause has: 3.5.35, 3.6.16 and 3.7.3 still revoked in
+// 12 of 20 such pauses in our test, 3.4.23 in all. The tests run 3.5.15,
+// which `make setup` builds: the newest release with the check intact.
+// Fence the resource whatever the server.
 //
 // Not guaranteed: RetryAfter in a failed TryAcquire is not filled in (it
 // would cost a round trip); a waiter that cannot delete its key when its

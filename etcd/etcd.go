@@ -60,6 +60,8 @@ func newBackend(cli *clientv3.Client, owns bool, opts []distlock.Option) (*backe
 		tolerated: (len(cli.Endpoints()) - 1) / 2,
 		life:      life, stop: stop,
 		spares: map[int64][]*lease{},
+
+		watchCreate: defaultWatchCreate,
 	}
 	b.leases = clientv3.RetryLeaseClient(cli)
 	b.loss = &watcher{b: b, keys: map[string]*handle{}, unsure: map[string]*handle{}}
@@ -81,6 +83,12 @@ type backend struct {
 	loss *watcher
 	// leases is the raw lease API, for pipelined keep-alives (RefreshBatch).
 	leases pb.LeaseClient
+	// beforeTTL, if set (by tests), runs between Inspect's two reads.
+	beforeTTL func()
+	// watchCreate bounds how long Watch waits for the server to confirm
+	// its watch (defaultWatchCreate; tests shorten it); past it the
+	// portable layer polls instead.
+	watchCreate time.Duration
 
 	mu     sync.Mutex
 	closed bool
@@ -108,6 +116,7 @@ func (b *backend) Guarantees() distlock.Guarantees {
 			"lease TTLs are whole seconds: a TTL is sent as ceil(TTL)+1s (at least the server's minimum, 2s on etcd defaults); the validity reported never exceeds the TTL, but a crashed holder's lock frees only when that lease expires",
 			"a lock acquired after a long wait may report a validity below its TTL (at least about 2/3 of it): use WithAutoRenew or Do",
 			"TryAcquire fails while waiters are queued (FIFO), and does not report the holder's remaining TTL",
+			"Inspect makes two round trips (the queue, then the holder's lease); its TTL is etcd's, in whole seconds rounded down",
 		},
 	}
 }

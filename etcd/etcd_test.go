@@ -80,6 +80,17 @@ func (p pollingBackend) Guarantees() distlock.Guarantees {
 	return g
 }
 
+// Inspect reports no queue, as a backend without one does: with TryLock
+// only, nobody waits on the server.
+func (p pollingBackend) Inspect(ctx context.Context, key string) (driver.Holder, error) {
+	h, err := p.Crashable.Inspect(ctx, key)
+	if err != nil {
+		return driver.Holder{}, err
+	}
+	h.Waiters = -1
+	return h, nil
+}
+
 // harness runs the suite on endpoints; blocking chooses the native queue
 // (Lock) or the portable layer's polling (TryLock only).
 func harness(t *testing.T, endpoints []string, blocking bool) conformance.Harness {

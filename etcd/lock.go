@@ -110,7 +110,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	start := time.Now()
 	resp, err := b.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(q), "=", 0).WithPrefix()).
-		Then(clientv3.OpPut(me, "", clientv3.WithLease(l.id))).
+		Then(clientv3.OpPut(me, req.Value, clientv3.WithLease(l.id))).
 		Commit()
 	if err != nil {
 		// The put may have happened: the lease is dropped, not recycled, so
@@ -137,7 +137,8 @@ func handleOf(g driver.Grant) (*handle, error) {
 
 // Refresh renews the lock's lease (if it does not already cover ttl) and
 // checks the key is still ours. A new TTL moves the key to a lease of that
-// TTL; the key keeps its CreateRevision, so the token does not change.
+// TTL; the key keeps its CreateRevision, so the token does not change, and
+// its value (the holder's WithValue, which the move leaves as it is).
 func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	h, err := handleOf(g)
 	if err != nil {
@@ -178,7 +179,7 @@ func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration
 	if err != nil {
 		return 0, err
 	}
-	resp, err := b.cli.Txn(ctx).If(ours, onLease).Then(clientv3.OpPut(h.key, "", clientv3.WithLease(nl.id))).Commit()
+	resp, err := b.cli.Txn(ctx).If(ours, onLease).Then(clientv3.OpPut(h.key, "", clientv3.WithLease(nl.id), clientv3.WithIgnoreValue())).Commit()
 	if err != nil {
 		// Unknown outcome: keep the old lease; if the key did move, the next
 		// refresh finds it off that lease and reports the loss.

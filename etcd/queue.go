@@ -44,7 +44,7 @@ func (b *backend) lock(ctx context.Context, req driver.Request, q string, h *han
 	// One round trip: create our key, read the owner (lowest CreateRevision)
 	// and our predecessor (the two newest keys are us and it).
 	resp, err := b.cli.Txn(ctx).Then(
-		clientv3.OpPut(me, "", clientv3.WithLease(l.id)),
+		clientv3.OpPut(me, req.Value, clientv3.WithLease(l.id)),
 		clientv3.OpGet(q, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
 		clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)),
