@@ -15,7 +15,8 @@ TIDY_MODULES := . etcd all examples
 
 .PHONY: setup demo faults test bench
 
-# Install the servers the tests and the demo start (Debian packages).
+# Install the servers the tests and the demo start (Debian packages), and
+# build the etcd they run (scripts/etcd-server: once, then cached).
 setup:
 	bash scripts/setup.sh
 
