@@ -94,6 +94,9 @@ type watch struct {
 // every change: only a notice lost with a broken connection needs it.
 const pushedPoll = 5 * time.Second
 
+// readBound bounds each read of a Watch loop.
+const readBound = 5 * time.Second
+
 func (w *watch) run(ctx, bctx context.Context) {
 	defer func() {
 		if w.sub != nil {
@@ -103,7 +106,11 @@ func (w *watch) run(ctx, bctx context.Context) {
 	delay := w.o.BackoffMin // the next poll; grows while nothing changes
 	for failures := 0; ; {
 		w.subscribe(bctx)
-		h, err := w.l.inspect(ctx, bctx, w.in, w.key)
+		// A bound on each read: a client that waits for a server to come
+		// back (etcd's does) would otherwise hold the loop silently.
+		rctx, cancel := context.WithTimeout(bctx, readBound)
+		h, err := w.l.inspect(ctx, rctx, w.in, w.key)
+		cancel()
 		if bctx.Err() != nil {
 			return
 		}

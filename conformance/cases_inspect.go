@@ -48,12 +48,16 @@ func (e *env) mustShow(l distlock.Locker, ls *distlock.Lease, v, why string) {
 		e.fail("%s: Inspect token %d, the holder's lease has %d", why, h.Token, ls.Token())
 	case h.Value != v:
 		e.fail("%s: Inspect value %q (%d bytes), the holder gave %q (%d bytes)", why, clip(h.Value), len(h.Value), clip(v), len(v))
-	case h.TTL < 0 || h.TTL > ls.TTL():
-		e.fail("%s: Inspect TTL %v, want within [0, the lease's TTL %v]", why, h.TTL, ls.TTL())
+	case h.TTL < 0 || h.TTL > ls.TTL()+ttlRounding:
+		e.fail("%s: Inspect TTL %v, want within [0, the lease's TTL %v + %v]", why, h.TTL, ls.TTL(), ttlRounding)
 	case h.TTL == 0 && !e.sessionTTL(l):
 		e.fail("%s: Inspect TTL 0 on a backend that times locks (only session-bound backends may report 0)", why)
 	}
 }
+
+// ttlRounding is how far a server's TTL may exceed the lease's: etcd grants
+// whole seconds, rounded up, plus one for the round trip.
+const ttlRounding = 2 * time.Second
 
 func clip(s string) string {
 	if len(s) > 40 {
