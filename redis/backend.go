@@ -37,14 +37,26 @@ type backend struct {
 //	}
 //
 // Lock is the lock key (the owner value, with a PX expiry), Counter the
-// fencing-token counter (never expires) and Channel the pub/sub channel of
-// release notices; see Key layout in the package documentation. Its other
-// fields name short-lived keys of the scripts. Keys is an alias of the type
-// the node scripts share with package redlock, so one Keys serves both.
+// fencing-token counter (never expires), Holder the holder record (owner,
+// token and value, expiring with the lock) and Channel the pub/sub channel
+// of release notices; see Key layout in the package documentation. Its
+// other fields name short-lived keys of the scripts. Keys is an alias of
+// the type the node scripts share with package redlock, so one Keys serves
+// both.
 type Keys = redisnode.Keys
 
 // handle is a Grant's Handle: Lease.As(*Keys) reaches the lock's keys.
-type handle struct{ keys Keys }
+type handle struct {
+	keys      Keys
+	withValue bool // taken with a value: refreshes extend the holder record too
+}
+
+// withValue reports whether g's lock was taken with a value (so it has a
+// holder record to extend).
+func withValue(g driver.Grant) bool {
+	h, ok := g.Handle.(*handle)
+	return ok && h.withValue
+}
 
 func (h *handle) As(target any) bool {
 	if p, ok := target.(*Keys); ok {
@@ -83,21 +95,21 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	if b.wait.n > 0 {
 		err = b.onConn(ctx, k, func(c *goredis.Conn) error {
 			var err error
-			if r, err = redisnode.AcquireOn(ctx, c, k, req.Owner, req.TTL); err != nil || !r.Acquired {
+			if r, err = redisnode.AcquireOn(ctx, c, k, req.Owner, req.TTL, req.Value); err != nil || !r.Acquired {
 				return err
 			}
 			if err := b.waitReplicas(ctx, c); err != nil {
 				// Not durable enough: give the lock back rather than hand
 				// out a token that a failover could repeat.
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-				_, _ = redisnode.ReleaseOn(rctx, c, k, req.Owner, 0)
+				_, _ = redisnode.ReleaseOn(rctx, c, k, req.Owner, 0, req.Value != "")
 				cancel()
 				return err
 			}
 			return nil
 		})
 	} else {
-		r, err = redisnode.AcquireOn(ctx, b.client, k, req.Owner, req.TTL)
+		r, err = redisnode.AcquireOn(ctx, b.client, k, req.Owner, req.TTL, req.Value)
 	}
 	if err != nil {
 		return driver.Grant{}, err
@@ -105,7 +117,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	if !r.Acquired {
 		return driver.Grant{}, &distlock.HeldError{Key: req.Key, RetryAfter: max(r.HolderTTL, 0)}
 	}
-	return driver.Grant{Token: r.Token, Handle: &handle{keys: k}}, nil
+	return driver.Grant{Token: r.Token, Handle: &handle{keys: k, withValue: req.Value != ""}}, nil
 }
 
 func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
@@ -117,13 +129,13 @@ func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration
 	if b.wait.n > 0 {
 		err = b.onConn(ctx, k, func(c *goredis.Conn) error {
 			var err error
-			if ok, err = redisnode.RefreshOn(ctx, c, k, g.Owner, ttl); err != nil || !ok {
+			if ok, err = redisnode.RefreshOn(ctx, c, k, g.Owner, ttl, withValue(g)); err != nil || !ok {
 				return err
 			}
 			return b.waitReplicas(ctx, c)
 		})
 	} else {
-		ok, err = redisnode.RefreshOn(ctx, b.client, k, g.Owner, ttl)
+		ok, err = redisnode.RefreshOn(ctx, b.client, k, g.Owner, ttl, withValue(g))
 	}
 	switch {
 	case err != nil:
@@ -148,7 +160,8 @@ func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) erro
 	}
 	locks := make([]redisnode.Refresh, len(batch))
 	for i, r := range batch {
-		locks[i] = redisnode.Refresh{Keys: redisnode.KeysFor(b.prefix, r.Grant.Key), Owner: r.Grant.Owner, TTL: r.TTL}
+		locks[i] = redisnode.Refresh{Keys: redisnode.KeysFor(b.prefix, r.Grant.Key), Owner: r.Grant.Owner, TTL: r.TTL,
+			WithValue: withValue(r.Grant)}
 	}
 	ok, errs := redisnode.RefreshManyOn(ctx, b.client, locks)
 	for i := range batch {
@@ -167,11 +180,12 @@ func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) erro
 func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	// An attempt given back because its reply was lost (no Handle) may
 	// still be on its way: leave a tombstone so it cannot land afterwards.
+	// Its value is not known here, so its holder record goes too.
 	var tomb time.Duration
 	if g.Handle == nil {
 		tomb = g.TTL
 	}
-	ok, err := redisnode.ReleaseOn(ctx, b.client, redisnode.KeysFor(b.prefix, g.Key), g.Owner, tomb)
+	ok, err := redisnode.ReleaseOn(ctx, b.client, redisnode.KeysFor(b.prefix, g.Key), g.Owner, tomb, g.Handle == nil || withValue(g))
 	switch {
 	case err != nil:
 		return err

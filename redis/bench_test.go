@@ -55,11 +55,11 @@ func BenchmarkUncontended(b *testing.B) {
 		c := newClient(b, srv.Addr())
 		k := redisnode.KeysFor("bench:", "node")
 		for b.Loop() {
-			r, err := redisnode.AcquireOn(ctx, c, k, "owner", benchTTL)
+			r, err := redisnode.AcquireOn(ctx, c, k, "owner", benchTTL, "")
 			if err != nil || !r.Acquired {
 				b.Fatal(r, err)
 			}
-			if ok, err := redisnode.ReleaseOn(ctx, c, k, "owner", 0); err != nil || !ok {
+			if ok, err := redisnode.ReleaseOn(ctx, c, k, "owner", 0, false); err != nil || !ok {
 				b.Fatal(ok, err)
 			}
 		}

@@ -98,8 +98,9 @@ func TestClusterConformance(t *testing.T) {
 	for _, key := range []string{"orders/42", "a}b", "}x", "{"} {
 		k := redisnode.KeysFor(redis.DefaultPrefix, key)
 		s1, s2, s3 := admin.ClusterKeySlot(ctx, k.Lock).Val(), admin.ClusterKeySlot(ctx, k.Counter).Val(), admin.ClusterKeySlot(ctx, k.Channel).Val()
-		if s1 != s2 || s1 != s3 || int(s1) != clusterSlot(k.Lock) {
-			t.Errorf("key %q: slots %d %d %d (test's own: %d)", key, s1, s2, s3, clusterSlot(k.Lock))
+		s4 := admin.ClusterKeySlot(ctx, k.Holder).Val()
+		if s1 != s2 || s1 != s3 || s1 != s4 || int(s1) != clusterSlot(k.Lock) {
+			t.Errorf("key %q: slots %d %d %d %d (test's own: %d)", key, s1, s2, s3, s4, clusterSlot(k.Lock))
 		}
 	}
 	conformance.Run(t, harness(admin, func() goredis.UniversalClient { return newClusterClient(addr) }, "cl:"))

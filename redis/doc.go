@@ -26,10 +26,11 @@
 //
 //	distlock:{orders/42}            the lock: owner value, PX expiry
 //	distlock:{orders/42}:token      the token counter, no expiry
+//	distlock:{orders/42}:holder     the holder record (hash: owner, token, value), only with WithValue
 //	distlock:{orders/42}:released   the pub/sub channel of release notices
 //
-// The braces are a Cluster hash tag: lock and counter share a slot, so the
-// acquire script may touch both. Inside the tag "%" and "}" are escaped
+// The braces are a Cluster hash tag: lock, counter and holder record share
+// a slot, so one script may touch them all. Inside the tag "%" and "}" are escaped
 // ("%25", "%7D"), so distinct keys stay distinct. Set the prefix with
 // [WithKeyPrefix]; [distlock.Lease.As] with a *[Keys] gives a lease's key
 // names. Short-lived tombstones (distlock:{orders/42}:gone:<owner value>)
@@ -57,6 +58,37 @@
 // but the backend checks the policy when it starts and warns, or refuses
 // with [WithEvictionCheck]. volatile-* policies can evict held locks early.
 // Locks are not FIFO: any waiter may win after a release.
+//
+// # Inspection
+//
+// Locker.Inspect reads a key in one round trip: a script that writes
+// nothing runs on the server that owns the key (the master; on a Cluster
+// the master of the key's slot) and returns the lock's owner and PTTL, the
+// counter and the holder record. Held is whether the lock key exists; TTL
+// is its PTTL as the server counts it (whole milliseconds, at least 1ms
+// while held); Waiters is -1, as waiters are not queued on the server.
+// Token is the holder's: while a lock exists its counter is its token (the
+// acquire script sets the lock and advances the counter together, a resent
+// copy of the same attempt only reads the counter back, and nothing else
+// advances it while the lock exists). Value comes from the holder record,
+// which the acquire script writes with the lock only when WithValue gave a
+// value, every refresh of that lease extends with the lock, the release
+// deletes, and which otherwise expires with the lock. It counts only while
+// its owner field is the lock's owner value, unique to each attempt, so
+// the value of an earlier holder whose lock expired or was deleted is
+// never reported for a later one. Without a value, acquire and refresh do
+// nothing more than before; a release deletes one more (missing) key.
+//
+// Inspect reads the master at one moment: a later failover to a replica
+// that missed the latest writes can change the answer, as it can lose the
+// lock itself, and a counter evicted under maxmemory-policy allkeys-*
+// makes Inspect of a lock without a value fail. There is no server-side
+// watch (driver.Watcher): Redis pushes key changes only as keyspace
+// notifications, which need server configuration (notify-keyspace-events)
+// this library does not assume. Locker.Watch therefore wakes on the release
+// notices waiters use and polls for grants and expiries (an expiry is
+// polled for when the TTL Inspect reported runs out), backing off up to the
+// Locker's WithBackoff cap while nothing changes.
 //
 // # Shared with Redlock
 //

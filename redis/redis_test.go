@@ -291,8 +291,9 @@ func TestKeyLayoutHashTag(t *testing.T) {
 	seen := map[string]string{}
 	for _, key := range keys {
 		k := redisnode.KeysFor(redis.DefaultPrefix, key)
-		if s1, s2, s3 := slot(k.Lock), slot(k.Counter), slot(k.Channel); s1 != s2 || s1 != s3 {
-			t.Errorf("key %q: lock %q slot %d, counter %q slot %d, channel %q slot %d", key, k.Lock, s1, k.Counter, s2, k.Channel, s3)
+		if s1, s2, s3, s4 := slot(k.Lock), slot(k.Counter), slot(k.Channel), slot(k.Holder); s1 != s2 || s1 != s3 || s1 != s4 {
+			t.Errorf("key %q: lock %q slot %d, counter %q slot %d, channel %q slot %d, holder %q slot %d",
+				key, k.Lock, s1, k.Counter, s2, k.Channel, s3, k.Holder, s4)
 		}
 		if tag := k.Lock[len(redis.DefaultPrefix)+1:]; !strings.HasPrefix(k.Lock, redis.DefaultPrefix+"{") || strings.IndexByte(tag, '}') < 1 {
 			t.Errorf("key %q: lock key %q has no non-empty hash tag after the prefix", key, k.Lock)
@@ -364,6 +365,7 @@ func TestServerDown(t *testing.T) {
 				{"TryAcquire", func(ctx context.Context) error { _, err := l.TryAcquire(ctx, "other"); return err }},
 				{"Acquire", func(ctx context.Context) error { _, err := l.Acquire(ctx, "other"); return err }},
 				{"Refresh", func(ctx context.Context) error { return ls.Refresh(ctx) }},
+				{"Inspect", func(ctx context.Context) error { _, err := l.Inspect(ctx, "down"); return err }},
 				{"Release", ls.Release},
 			}
 			for _, o := range ops {

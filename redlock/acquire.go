@@ -36,7 +36,9 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	defer decide(false) // any early return is a failure
 	ch, dones := b.fanOut(ctx, b.all(), nt,
 		func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
-			r, err := redisnode.AcquireOn(ctx, c, k, req.Owner, req.TTL)
+			// No value here: the holder record carries the lease's token,
+			// known only after this phase; phase 2 writes it.
+			r, err := redisnode.AcquireOn(ctx, c, k, req.Owner, req.TTL, "")
 			results[i] = r
 			return r.Acquired, err
 		},
@@ -81,15 +83,16 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 		token = max(token, results[i].Token)
 	}
 
-	// Phase 2: raise the counters of the quorum to the token. Every node
+	// Phase 2: raise the counters of the quorum to the token, and write the
+	// holder record (owner, token, value) that Inspect reads. Every node
 	// that accepts, even after the decision, holds the lock until start +
 	// TTL by its clock.
-	h := &handle{keys: k, ours: make([]time.Time, n), oursSeq: make([]uint64, n)}
+	h := &handle{keys: k, value: req.Value, ours: make([]time.Time, n), oursSeq: make([]uint64, n)}
 	valid := start.Add(req.TTL - req.Drift.For(req.TTL))
 	// Learned inside the call, before its reply is counted: the grant
 	// must not go out knowing less than the answers that decided it.
 	ch2, _ := b.fanOut(ctx, t1.yes, nt, func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
-		ok, err := redisnode.RaiseTokenOn(ctx, c, k, req.Owner, token)
+		ok, err := redisnode.RaiseTokenOn(ctx, c, k, req.Owner, token, req.TTL, req.Value)
 		if err == nil && ok {
 			h.learn(i, 0, valid)
 		}
@@ -120,7 +123,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 func (b *backend) releaseNode(ctx context.Context, i int, k redisnode.Keys, owner string, ttl, nt time.Duration) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nt)
 	defer cancel()
-	_, _ = redisnode.ReleaseOn(rctx, b.nodes[i].client, k, owner, ttl)
+	_, _ = redisnode.ReleaseOn(rctx, b.nodes[i].client, k, owner, ttl, true)
 }
 
 // notAcquired is the error of a failed phase 1: a HeldError when a node said

@@ -33,7 +33,8 @@ type backend struct {
 
 // handle is a Grant's Handle: Lease.As(*redis.Keys) reaches the lock's keys.
 type handle struct {
-	keys redisnode.Keys
+	keys  redisnode.Keys
+	value string // the holder's value (WithValue), for the holder records
 
 	// mu guards the rest. Lease calls are serialised, but a refresh's
 	// late node calls may still run when the next call starts.

@@ -52,7 +52,8 @@ func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) erro
 	calls := make([]redisnode.Extend, len(leases))
 	for j, l := range leases {
 		r := batch[l.k]
-		calls[j] = redisnode.Extend{Keys: l.h.keys, Owner: r.Grant.Owner, TTL: r.TTL, Token: r.Grant.Token, Nonce: l.nonce}
+		calls[j] = redisnode.Extend{Keys: l.h.keys, Owner: r.Grant.Owner, TTL: r.TTL, Token: r.Grant.Token, Nonce: l.nonce,
+			Value: l.h.value}
 	}
 
 	// Each node's answers, written by its call before its reply is sent.

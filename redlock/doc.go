@@ -18,7 +18,8 @@
 //     as soon as a quorum can no longer be reached.
 //  2. The token T is the maximum of the counters of the acquired quorum.
 //  3. Phase 2 runs the raise script on those nodes in parallel: "if the lock
-//     still holds my owner value, raise the counter to at least T". The
+//     still holds my owner value, raise the counter to at least T and
+//     record T (and the value) as the holder's" (see Inspection). The
 //     acquire succeeds only if a majority accepted it, and only if the
 //     whole attempt ended within its validity: TTL − elapsed − drift,
 //     drift = TTL·factor + minimum (distlock.WithDrift).
@@ -101,6 +102,47 @@
 // sits on that one node, a minority, until its TTL.
 //
 // Waiters are woken by release notices, not in FIFO order.
+//
+// # Inspection
+//
+// Locker.Inspect reads every node at once (one script that writes nothing,
+// each bounded by the node timeout) and reports a holder only when a
+// majority of the nodes hold the lock for one owner and at least one of
+// them has that owner's holder record (see package redis for the key).
+// Token and Value come from the record, never from a node's counter, which
+// can be above the lease's token: a node restarted without its data seeds
+// its counter from its clock, and a node that answered phase 1 late kept
+// its own increment. Phase 2 writes the record (owner, token, value) on
+// every node it raises; each refresh extends it with the lock, or writes
+// it where it is missing or another owner's, and writes it with a lock it
+// takes back; a release deletes it; otherwise it expires with the lock.
+// Phase 2's majority meets every majority, so a granted lease held on a
+// majority of the nodes that answer always shows its record there. TTL is
+// conservative: how long a majority still holds the lock by the PTTLs
+// read, less the time the read took and the default drift allowance (1% of
+// it plus 2ms; a Locker's WithDrift does not reach Inspect), at least 1ms
+// while held. Waiters is -1.
+//
+// Inspect returns as soon as no answer still to come can change its
+// verdict. It fails with an error matching [ErrNoQuorum] (and
+// distlock.ErrUnavailable) when fewer than a majority of the nodes
+// answered, and when the nodes that did not answer could make or unmake a
+// majority (held on one node of three, free on another, the third
+// silent): "free" would then be a guess. What it does not promise: the
+// nodes are read one by one, not at one instant, so the holder it reports
+// may have released or lost the lock by the time it returns; an acquire
+// between its two phases is reported free, and one whose phase 2 reached
+// some nodes but failed may be reported held until it gives the lock back
+// (at once). A value is stored (and sent with every refresh) only when
+// given; the record itself, with the token, is written and extended for
+// every lease: two more commands in phase 2 and in each refresh, inside
+// the scripts that run there anyway.
+//
+// There is no server-side watch (driver.Watcher): Redis pushes key changes
+// only as keyspace notifications, which need server configuration this
+// library does not assume. Locker.Watch wakes on the nodes' release
+// notices and polls for grants and expiries, backing off up to the
+// Locker's WithBackoff cap while nothing changes.
 //
 // Clients should set ContextTimeoutEnabled so that context deadlines bound
 // socket reads; this backend also stops waiting for a node after the node

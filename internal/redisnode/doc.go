@@ -9,8 +9,18 @@
 // single-Redis backend runs; Redlock runs them on each of its nodes, plus
 // [RaiseTokenOn] (its phase 2: raise the counter to at least T, only while
 // the lock still holds owner O) and [ExtendOn] (a refresh that takes the
-// lock back where it is missing). [KeysFor] gives the layout every script
-// uses, and [NewNotifier] the release notices of one node.
+// lock back where it is missing). [InspectOn] reads a lock without writing
+// anything. [KeysFor] gives the layout every script uses, and
+// [NewNotifier] the release notices of one node.
+//
+// The holder record (Keys.Holder, a hash of owner, token and value) is what
+// Inspect reports beyond the lock itself. It is written only while its
+// owner holds the lock (by an acquire given a value, by Redlock's phase 2,
+// by Redlock's refresh where it is missing), lasts as long as the lock
+// (extended with it, deleted by its release, else expiring with it), and
+// is read only together with the lock and only when its owner field equals
+// the lock's value: a record of an earlier holder, left to expire, is
+// never taken for the current holder's.
 //
 // It is internal so that package redis exports only its user API; the one
 // type users see is [Keys], as redis.Keys, the target of Lease.As.

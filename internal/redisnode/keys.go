@@ -6,14 +6,19 @@ import "strings"
 // "{key}", so they live in one Cluster slot and one script may touch them.
 //
 // Users reach it as redis.Keys (an alias), the target of Lease.As on a
-// lease of the redis or redlock backend: Lock, Counter and Channel are the
-// ones worth reading; Gone and Retake name short-lived keys of the scripts.
+// lease of the redis or redlock backend: Lock, Counter, Holder and Channel
+// are the ones worth reading; Gone and Retake name short-lived keys of the
+// scripts.
 type Keys struct {
 	Lock    string // the lock: owner value, with a PX expiry
 	Counter string // the fencing-token counter: advanced per grant, never expires
 	Channel string // pub/sub channel of release notices (not a key)
 	Gone    string // prefix of the tombstones of recent releases, one per owner (see GoneFor)
 	Retake  string // Redlock: the nonce of the refresh that last took the lock back
+	// Holder is the holder record: a hash of the lock's owner, its token
+	// and its value (WithValue), expiring with the lock. Readers trust it
+	// only while its owner field equals the lock's value.
+	Holder string
 }
 
 // GoneFor names owner's tombstone: it exists, for about a TTL, once a
@@ -27,6 +32,7 @@ func (k Keys) GoneFor(owner string) string { return k.Gone + ":" + owner }
 //	<prefix>{<key>}:released   release channel
 //	<prefix>{<key>}:gone:<o>   tombstone of owner o's release (short-lived)
 //	<prefix>{<key>}:retake     Redlock's retake marker (short-lived)
+//	<prefix>{<key>}:holder     holder record: owner, token, value (expires with the lock)
 //
 // In the tag, "%" becomes "%25" and "}" becomes "%7D", so a key cannot end
 // the hash tag early (or leave it empty) and distinct keys stay distinct.
@@ -34,12 +40,12 @@ func (k Keys) GoneFor(owner string) string { return k.Gone + ":" + owner }
 // it).
 func KeysFor(prefix, key string) Keys {
 	// One string holds every name; each field is a slice of it (every call
-	// makes a Keys, so one allocation instead of five).
+	// makes a Keys, so one allocation instead of six).
 	tag := escapeTag(key)
 	n := len(prefix) + len(tag) + 2
 	var b strings.Builder
-	b.Grow(4*n + len(keySuffixes))
-	for _, suffix := range []string{":token", ":released", ":gone", ":retake"} {
+	b.Grow(5*n + len(keySuffixes))
+	for _, suffix := range []string{":token", ":released", ":gone", ":retake", ":holder"} {
 		b.WriteString(prefix)
 		b.WriteByte('{')
 		b.WriteString(tag)
@@ -50,16 +56,18 @@ func KeysFor(prefix, key string) Keys {
 	counterEnd := n + len(":token")
 	channelEnd := counterEnd + n + len(":released")
 	goneEnd := channelEnd + n + len(":gone")
+	retakeEnd := goneEnd + n + len(":retake")
 	return Keys{
 		Lock:    s[:n],
 		Counter: s[:counterEnd],
 		Channel: s[counterEnd:channelEnd],
 		Gone:    s[channelEnd:goneEnd],
-		Retake:  s[goneEnd:],
+		Retake:  s[goneEnd:retakeEnd],
+		Holder:  s[retakeEnd:],
 	}
 }
 
-const keySuffixes = ":token:released:gone:retake"
+const keySuffixes = ":token:released:gone:retake:holder"
 
 func escapeTag(key string) string {
 	if !strings.ContainsAny(key, "%}") {

@@ -28,6 +28,8 @@ var (
 	raiseSrc string
 	//go:embed lua/extend.lua
 	extendSrc string
+	//go:embed lua/inspect.lua
+	inspectSrc string
 	//go:embed lua/acquire_token_restart.lua
 	acquireTokenRestartSrc string // mutation: token-restart
 	//go:embed lua/extend_no_repair.lua
@@ -38,6 +40,7 @@ var (
 	releaseScript = goredis.NewScript(releaseSrc)
 	raiseScript   = goredis.NewScript(raiseSrc)
 	extendScript  = goredis.NewScript(mutation.Pick("redlock-no-repair", extendNoRepairSrc, extendSrc)) // mutation: redlock-no-repair
+	inspectScript = goredis.NewScript(inspectSrc)
 )
 
 // AcquireResult is the outcome of one acquire script run.
@@ -60,9 +63,17 @@ type AcquireResult struct {
 // ttl and advance k.Counter to max(counter+1, the server's TIME in µs),
 // returning it as the token; if k.Lock already holds owner (a resent
 // attempt), return the counter. When the lock is held it returns the
-// holder's PTTL instead.
-func AcquireOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration) (AcquireResult, error) {
-	v, err := acquireScript.Run(ctx, c, []string{k.Lock, k.Counter, k.GoneFor(owner)}, owner, millis(ttl)).Slice()
+// holder's PTTL instead. A non-empty value is written, with owner and the
+// token, to the holder record k.Holder, which expires with the lock; with
+// "" the record is not touched.
+func AcquireOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration, value string) (AcquireResult, error) {
+	var cmd *goredis.Cmd
+	if value == "" {
+		cmd = acquireScript.Run(ctx, c, []string{k.Lock, k.Counter, k.GoneFor(owner)}, owner, millis(ttl))
+	} else {
+		cmd = acquireScript.Run(ctx, c, []string{k.Lock, k.Counter, k.GoneFor(owner), k.Holder}, owner, millis(ttl), value)
+	}
+	v, err := cmd.Slice()
 	if err != nil {
 		return AcquireResult{}, fmt.Errorf("acquire script: %w", err)
 	}
@@ -85,20 +96,32 @@ func AcquireOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, tt
 }
 
 // RefreshOn runs the refresh script: PEXPIRE k.Lock ttl if it still holds
-// owner. It reports whether the lock was ours.
-func RefreshOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration) (bool, error) {
-	n, err := refreshScript.Run(ctx, c, []string{k.Lock}, owner, millis(ttl)).Int64()
+// owner, and k.Holder with it when withValue (the lock was taken with a
+// value, so AcquireOn wrote the record). It reports whether the lock was
+// ours.
+func RefreshOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration, withValue bool) (bool, error) {
+	n, err := refreshScript.Run(ctx, c, refreshKeys(k, withValue), owner, millis(ttl)).Int64()
 	if err != nil {
 		return false, fmt.Errorf("refresh script: %w", err)
 	}
 	return n == 1, nil
 }
 
-// Refresh is one lock of RefreshManyOn.
+// Refresh is one lock of RefreshManyOn: the arguments of RefreshOn.
 type Refresh struct {
-	Keys  Keys
-	Owner string
-	TTL   time.Duration
+	Keys      Keys
+	Owner     string
+	TTL       time.Duration
+	WithValue bool // the lock was taken with a value: extend its holder record too
+}
+
+// refreshKeys are the refresh script's keys: the lock, and the holder
+// record only when there is one to extend.
+func refreshKeys(k Keys, withValue bool) []string {
+	if withValue {
+		return []string{k.Lock, k.Holder}
+	}
+	return []string{k.Lock}
 }
 
 // RefreshManyOn runs the refresh script for every lock in one pipeline:
@@ -108,7 +131,8 @@ type Refresh struct {
 func RefreshManyOn(ctx context.Context, c goredis.UniversalClient, locks []Refresh) (ok []bool, errs []error) {
 	ok = make([]bool, len(locks))
 	errs = pipelined(ctx, c, refreshScript, "refresh", len(locks), func(i int, p goredis.Pipeliner) *goredis.Cmd {
-		return refreshScript.EvalSha(ctx, p, []string{locks[i].Keys.Lock}, locks[i].Owner, millis(locks[i].TTL))
+		l := locks[i]
+		return refreshScript.EvalSha(ctx, p, refreshKeys(l.Keys, l.WithValue), l.Owner, millis(l.TTL))
 	}, func(i int, n int64) error {
 		ok[i] = n == 1
 		return nil
@@ -123,6 +147,7 @@ type Extend struct {
 	TTL   time.Duration
 	Token distlock.Token
 	Nonce string
+	Value string
 }
 
 // ExtendManyOn runs Redlock's repairing refresh (ExtendOn) for every lock
@@ -132,8 +157,8 @@ func ExtendManyOn(ctx context.Context, c goredis.UniversalClient, locks []Extend
 	res = make([]Extended, len(locks))
 	errs = pipelined(ctx, c, extendScript, "extend", len(locks), func(i int, p goredis.Pipeliner) *goredis.Cmd {
 		l := locks[i]
-		return extendScript.EvalSha(ctx, p, []string{l.Keys.Lock, l.Keys.Counter, l.Keys.GoneFor(l.Owner), l.Keys.Retake},
-			l.Owner, millis(l.TTL), strconv.FormatInt(int64(l.Token), 10), l.Nonce)
+		return extendScript.EvalSha(ctx, p, extendKeys(l.Keys, l.Owner),
+			l.Owner, millis(l.TTL), strconv.FormatInt(int64(l.Token), 10), l.Nonce, l.Value)
 	}, func(i int, n int64) error {
 		if n < 0 || n > 2 {
 			return fmt.Errorf("extend script: unexpected reply %d", n)
@@ -187,17 +212,23 @@ func pipelined(ctx context.Context, c goredis.UniversalClient, script *goredis.S
 	return errs
 }
 
-// ReleaseOn runs the release script: DEL k.Lock if it still holds owner, and
-// PUBLISH an empty notice on k.Channel. It reports whether the lock was ours.
+// ReleaseOn runs the release script: DEL k.Lock if it still holds owner
+// (and the holder record k.Holder with it, when withRecord: the lock may
+// have one), and PUBLISH an empty notice on k.Channel. It reports whether
+// the lock was ours.
 // A positive tombstone makes the node refuse, for that long, a late acquire
 // or Redlock retake by owner (a request still on its way): pass the TTL the
 // lock was taken with when such a request may exist, zero otherwise.
-func ReleaseOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, tombstone time.Duration) (bool, error) {
+func ReleaseOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, tombstone time.Duration, withRecord bool) (bool, error) {
 	tomb := "0"
 	if tombstone > 0 {
 		tomb = strconv.FormatInt(millis(tombstone), 10)
 	}
-	n, err := releaseScript.Run(ctx, c, []string{k.Lock, k.GoneFor(owner)}, owner, k.Channel, tomb).Int64()
+	keys := []string{k.Lock, k.GoneFor(owner)}
+	if withRecord {
+		keys = append(keys, k.Holder)
+	}
+	n, err := releaseScript.Run(ctx, c, keys, owner, k.Channel, tomb).Int64()
 	if err != nil {
 		return false, fmt.Errorf("release script: %w", err)
 	}
@@ -205,13 +236,15 @@ func ReleaseOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, to
 }
 
 // RaiseTokenOn runs Redlock's phase-2 script: if k.Lock still holds owner,
-// raise k.Counter to at least token (never lowering it) and report true;
-// otherwise change nothing and report false.
-func RaiseTokenOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, token distlock.Token) (bool, error) {
+// raise k.Counter to at least token (never lowering it), write the holder
+// record k.Holder (owner, token, value) for ttl, the lock's TTL, and report
+// true; otherwise change nothing and report false.
+func RaiseTokenOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, token distlock.Token, ttl time.Duration, value string) (bool, error) {
 	if token < 0 {
 		return false, errors.New("raise script: negative token")
 	}
-	n, err := raiseScript.Run(ctx, c, []string{k.Lock, k.Counter}, owner, strconv.FormatInt(int64(token), 10)).Int64()
+	n, err := raiseScript.Run(ctx, c, []string{k.Lock, k.Counter, k.Holder}, owner, strconv.FormatInt(int64(token), 10),
+		millis(ttl), value).Int64()
 	if err != nil {
 		return false, fmt.Errorf("raise script: %w", err)
 	}
@@ -230,14 +263,17 @@ const (
 
 // ExtendOn runs Redlock's repairing refresh: PEXPIRE k.Lock ttl if it holds
 // owner; if k.Lock is missing (and owner has not released it), SET it to
-// owner for ttl and raise k.Counter to at least token. nonce, unique to the
-// refresh, lets a resent call still report ExtendRetaken.
-func ExtendOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration, token distlock.Token, nonce string) (Extended, error) {
+// owner for ttl and raise k.Counter to at least token. Either way the
+// holder record k.Holder (owner, token, value) lasts as long as the lock:
+// extended with it, or written where it is missing or another owner's.
+// nonce, unique to the refresh, lets a resent call still report
+// ExtendRetaken.
+func ExtendOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration, token distlock.Token, nonce, value string) (Extended, error) {
 	if token < 0 {
 		return 0, errors.New("extend script: negative token")
 	}
-	n, err := extendScript.Run(ctx, c, []string{k.Lock, k.Counter, k.GoneFor(owner), k.Retake}, owner, millis(ttl),
-		strconv.FormatInt(int64(token), 10), nonce).Int64()
+	n, err := extendScript.Run(ctx, c, extendKeys(k, owner), owner, millis(ttl),
+		strconv.FormatInt(int64(token), 10), nonce, value).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("extend script: %w", err)
 	}
@@ -245,6 +281,11 @@ func ExtendOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl
 		return 0, fmt.Errorf("extend script: unexpected reply %d", n)
 	}
 	return Extended(n), nil
+}
+
+// extendKeys are the extend script's keys.
+func extendKeys(k Keys, owner string) []string {
+	return []string{k.Lock, k.Counter, k.GoneFor(owner), k.Retake, k.Holder}
 }
 
 // millis converts a TTL to whole milliseconds, rounding up so that a

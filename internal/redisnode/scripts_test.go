@@ -25,12 +25,12 @@ func TestRaiseToken(t *testing.T) {
 	ctx := t.Context()
 	k := redisnode.KeysFor("raise:", "k")
 	before := time.Now().Add(-time.Minute).UnixMicro() // the server's clock is this machine's
-	r, err := redisnode.AcquireOn(ctx, c, k, "me", time.Minute)
+	r, err := redisnode.AcquireOn(ctx, c, k, "me", time.Minute, "")
 	if err != nil || !r.Acquired || int64(r.Token) < before || int64(r.Token) > time.Now().Add(time.Minute).UnixMicro() {
 		t.Fatalf("AcquireOn on a missing counter = %+v, %v; want a token from the server's TIME in µs", r, err)
 	}
 	seed := r.Token
-	held, err := redisnode.AcquireOn(ctx, c, k, "you", time.Minute)
+	held, err := redisnode.AcquireOn(ctx, c, k, "you", time.Minute, "")
 	if err != nil || held.Acquired || held.HolderTTL <= 0 || held.HolderTTL > time.Minute {
 		t.Fatalf("AcquireOn on a held key = %+v, %v", held, err)
 	}
@@ -47,7 +47,7 @@ func TestRaiseToken(t *testing.T) {
 		{"me", big, true, big.String()},
 		{"me", big - 1, true, big.String()},
 	} {
-		ok, err := redisnode.RaiseTokenOn(ctx, c, k, tc.owner, tc.token)
+		ok, err := redisnode.RaiseTokenOn(ctx, c, k, tc.owner, tc.token, time.Minute, "")
 		if err != nil || ok != tc.ok {
 			t.Fatalf("RaiseTokenOn(%s, %d) = %v, %v; want %v", tc.owner, tc.token, ok, err, tc.ok)
 		}
@@ -55,13 +55,13 @@ func TestRaiseToken(t *testing.T) {
 			t.Fatalf("after RaiseTokenOn(%s, %d) the counter is %s, want %s", tc.owner, tc.token, v, tc.want)
 		}
 	}
-	if ok, err := redisnode.RefreshOn(ctx, c, k, "you", time.Minute); err != nil || ok {
+	if ok, err := redisnode.RefreshOn(ctx, c, k, "you", time.Minute, false); err != nil || ok {
 		t.Fatalf("RefreshOn by another owner = %v, %v", ok, err)
 	}
-	if ok, err := redisnode.ReleaseOn(ctx, c, k, "me", 0); err != nil || !ok {
+	if ok, err := redisnode.ReleaseOn(ctx, c, k, "me", 0, false); err != nil || !ok {
 		t.Fatalf("ReleaseOn = %v, %v", ok, err)
 	}
-	r, err = redisnode.AcquireOn(ctx, c, k, "you", time.Millisecond/2) // rounds up to 1ms, not PX 0
+	r, err = redisnode.AcquireOn(ctx, c, k, "you", time.Millisecond/2, "") // rounds up to 1ms, not PX 0
 	if err != nil || !r.Acquired || r.Token != big+1 {
 		t.Fatalf("AcquireOn after raise = %+v, %v; want token %d", r, err, big+1)
 	}
@@ -69,7 +69,7 @@ func TestRaiseToken(t *testing.T) {
 	// behind the clock (a restart from an old snapshot, a lagging replica)
 	// jumps to it.
 	time.Sleep(5 * time.Millisecond)
-	r, err = redisnode.AcquireOn(ctx, c, k, "me", time.Millisecond)
+	r, err = redisnode.AcquireOn(ctx, c, k, "me", time.Millisecond, "")
 	if err != nil || !r.Acquired || r.Token != big+2 {
 		t.Fatalf("AcquireOn with a counter ahead of the clock = %+v, %v; want %d", r, err, big+2)
 	}
@@ -77,24 +77,24 @@ func TestRaiseToken(t *testing.T) {
 	if err := c.Set(ctx, k.Counter, "7", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	r, err = redisnode.AcquireOn(ctx, c, k, "me", time.Minute)
+	r, err = redisnode.AcquireOn(ctx, c, k, "me", time.Minute, "")
 	if err != nil || !r.Acquired || int64(r.Token) < before {
 		t.Fatalf("AcquireOn with a counter of 7 = %+v, %v; want a token from the server's clock", r, err)
 	}
 	// The same attempt sent again (a client retry after a lost reply) gets
 	// its own lock and token back, not "held".
-	again, err := redisnode.AcquireOn(ctx, c, k, "me", time.Minute)
+	again, err := redisnode.AcquireOn(ctx, c, k, "me", time.Minute, "")
 	if err != nil || !again.Acquired || again.Token != r.Token {
 		t.Fatalf("AcquireOn resent by the same owner = %+v, %v; want acquired with token %d", again, err, r.Token)
 	}
-	if ok, err := redisnode.ReleaseOn(ctx, c, k, "me", 0); err != nil || !ok {
+	if ok, err := redisnode.ReleaseOn(ctx, c, k, "me", 0, false); err != nil || !ok {
 		t.Fatalf("ReleaseOn = %v, %v", ok, err)
 	}
 	// A corrupt counter fails the acquire and leaves no lock behind.
 	if err := c.Set(ctx, k.Counter, "not a number", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := redisnode.AcquireOn(ctx, c, k, "me", time.Minute); err == nil {
+	if _, err := redisnode.AcquireOn(ctx, c, k, "me", time.Minute, ""); err == nil {
 		t.Fatal("AcquireOn with a corrupt counter succeeded")
 	}
 	if n := c.Exists(ctx, k.Lock).Val(); n != 0 {
@@ -111,7 +111,7 @@ func TestRefreshManyAfterScriptFlush(t *testing.T) {
 	var locks []redisnode.Refresh
 	for i := range 3 {
 		k := redisnode.KeysFor("batch:", fmt.Sprint("k", i))
-		if r, err := redisnode.AcquireOn(ctx, c, k, "me", time.Second); err != nil || !r.Acquired {
+		if r, err := redisnode.AcquireOn(ctx, c, k, "me", time.Second, ""); err != nil || !r.Acquired {
 			t.Fatal(r, err)
 		}
 		locks = append(locks, redisnode.Refresh{Keys: k, Owner: "me", TTL: time.Minute})

@@ -1,7 +1,10 @@
 -- Take a lock and hand out its fencing token, in one round trip.
 -- KEYS[1] lock key, KEYS[2] token counter (same hash slot, never expires),
--- KEYS[3] this owner's tombstone key (set by a release of it, see release.lua)
--- ARGV[1] owner value (unique to the attempt), ARGV[2] TTL in milliseconds
+-- KEYS[3] this owner's tombstone key (set by a release of it, see release.lua),
+-- KEYS[4] (with ARGV[3] only) holder record (a hash: owner, token, value)
+-- ARGV[1] owner value (unique to the attempt), ARGV[2] TTL in milliseconds,
+-- ARGV[3] (optional) the holder's value: when given, the record is written
+-- with the lock and expires with it; without it nothing else is touched
 -- The token is max(counter + 1, the server's TIME in µs): a node restarted
 -- without its counter, from an older snapshot, or a promoted replica whose
 -- counter lags still hands out a larger token than any before, as long as
@@ -37,5 +40,9 @@ local now = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
 if #token < #now or (#token == #now and token < now) then
   redis.call('SET', KEYS[2], now)
   token = now
+end
+if ARGV[3] then
+  redis.call('HSET', KEYS[4], 'owner', ARGV[1], 'token', token, 'value', ARGV[3])
+  redis.call('PEXPIRE', KEYS[4], ARGV[2])
 end
 return {1, token}

@@ -2,9 +2,14 @@
 -- missing (the node restarted without it, or it expired there), so a held
 -- lease keeps a majority while a minority of nodes fails and returns.
 -- KEYS[1] lock key, KEYS[2] token counter, KEYS[3] the owner's tombstone key,
--- KEYS[4] retake marker
+-- KEYS[4] retake marker, KEYS[5] holder record
 -- ARGV[1] owner value, ARGV[2] TTL in milliseconds, ARGV[3] the lease's
--- token (decimal), ARGV[4] a nonce unique to this refresh
+-- token (decimal), ARGV[4] a nonce unique to this refresh, ARGV[5] the
+-- holder's value ('' for none)
+-- The holder record (owner, token, value) lives and ends with the lock: it
+-- is extended with it, written where it is missing or an earlier holder's
+-- (a node that answered phase 1 late, or whose phase 2 was lost), and
+-- written with a lock taken back.
 -- Returns 1 when it was ours and is extended, 2 when it was missing and is
 -- ours again (the counter then at least the token, so a later holder
 -- through this node gets a larger one), 0 when someone else holds it or
@@ -16,13 +21,20 @@ if cur == ARGV[1] then
   if redis.call('GET', KEYS[4]) == ARGV[4] then
     return 2
   end
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  local n = redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if redis.call('HGET', KEYS[5], 'owner') ~= ARGV[1] then
+    redis.call('HSET', KEYS[5], 'owner', ARGV[1], 'token', ARGV[3], 'value', ARGV[5])
+  end
+  redis.call('PEXPIRE', KEYS[5], ARGV[2])
+  return n
 end
 if cur or redis.call('EXISTS', KEYS[3]) == 1 then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[4], ARGV[4], 'PX', ARGV[2])
+redis.call('HSET', KEYS[5], 'owner', ARGV[1], 'token', ARGV[3], 'value', ARGV[5])
+redis.call('PEXPIRE', KEYS[5], ARGV[2])
 -- Compare canonical decimal strings: Lua numbers would round past 2^53.
 local n = redis.call('GET', KEYS[2]) or '0'
 local want = ARGV[3]

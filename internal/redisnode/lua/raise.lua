@@ -1,6 +1,12 @@
--- Redlock phase 2: raise the token counter to at least ARGV[2], only while
--- the lock still holds our owner value.
--- KEYS[1] lock key, KEYS[2] token counter; ARGV[1] owner, ARGV[2] token (decimal)
+-- Redlock phase 2: raise the token counter to at least ARGV[2], and record
+-- the holder, only while the lock still holds our owner value.
+-- KEYS[1] lock key, KEYS[2] token counter, KEYS[3] holder record
+-- ARGV[1] owner, ARGV[2] token (decimal), ARGV[3] TTL in milliseconds (the
+-- lock's, so that the record lasts at least as long as the lock set before
+-- it), ARGV[4] the holder's value ('' for none)
+-- The record carries the lease's token: this node's counter may differ
+-- from it (a straggler's own, a counter seeded from the clock), the record
+-- does not, so a reader takes the token from it.
 -- Returns 1 when the lock is ours (counter now >= token), 0 otherwise.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
@@ -12,4 +18,6 @@ local want = ARGV[2]
 if #cur < #want or (#cur == #want and cur < want) then
   redis.call('SET', KEYS[2], want)
 end
+redis.call('HSET', KEYS[3], 'owner', ARGV[1], 'token', want, 'value', ARGV[4])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1

@@ -1,5 +1,6 @@
 -- Release a lock, only if it is still ours, and wake the waiters.
--- KEYS[1] lock key, KEYS[2] the owner's tombstone key
+-- KEYS[1] lock key, KEYS[2] the owner's tombstone key, KEYS[3] (optional)
+-- holder record, passed when the lock may have one
 -- ARGV[1] owner value, ARGV[2] release-notice channel, ARGV[3] tombstone
 -- TTL in milliseconds, or '0' for none
 -- With a tombstone, the owner is remembered as released (even where the
@@ -7,12 +8,18 @@
 -- owner's release cannot overwrite it), so that a request of this owner
 -- still on its way (a straggling acquire or refresh) cannot set the lock
 -- again after the release.
+-- The holder record goes with the lock: it is ours, or a stale one of an
+-- earlier holder (records are written only while their owner holds the
+-- lock), so nobody else's.
 -- Returns 1 when released, 0 when the key is gone or someone else's.
 if ARGV[3] ~= '0' then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  if KEYS[3] then
+    redis.call('DEL', KEYS[3])
+  end
   redis.call('PUBLISH', ARGV[2], '')
   return 1
 end

@@ -1,0 +1,76 @@
+package redisnode
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/distlock/distlock"
+)
+
+// NodeLock is what one node says of a lock (InspectOn).
+type NodeLock struct {
+	// Held is true when the lock key exists; the other fields are then set.
+	Held bool
+	// Owner is the lock key's value: the owner of the attempt that holds it.
+	Owner string
+	// TTL is the lock key's PTTL (whole milliseconds, rounded down).
+	TTL time.Duration
+	// Counter is the token counter; CounterOK is false when it is missing or
+	// not a number.
+	Counter   distlock.Token
+	CounterOK bool
+	// Recorded is true when the holder record is Owner's: Token and Value
+	// are then the ones it holds (the record of an earlier holder, still
+	// expiring, is never reported).
+	Recorded bool
+	Token    distlock.Token
+	Value    string
+}
+
+// InspectOn reads k's lock in one round trip, with a script that writes
+// nothing: the lock's owner and PTTL, the counter, and the holder record
+// when it is the current owner's.
+func InspectOn(ctx context.Context, c goredis.Scripter, k Keys) (NodeLock, error) {
+	v, err := inspectScript.Run(ctx, c, []string{k.Lock, k.Counter, k.Holder}).Slice()
+	if err != nil {
+		return NodeLock{}, fmt.Errorf("inspect script: %w", err)
+	}
+	bad := func() (NodeLock, error) { return NodeLock{}, fmt.Errorf("inspect script: unexpected reply %q", v) }
+	if len(v) == 0 {
+		return bad()
+	}
+	if held, ok := v[0].(int64); !ok || held == 0 {
+		if ok && len(v) == 1 {
+			return NodeLock{}, nil
+		}
+		return bad()
+	}
+	if len(v) != 4 && len(v) != 6 {
+		return bad()
+	}
+	owner, ok1 := v[1].(string)
+	pttl, ok2 := v[2].(int64)
+	if !ok1 || !ok2 {
+		return bad()
+	}
+	nl := NodeLock{Held: true, Owner: owner, TTL: time.Duration(max(pttl, 0)) * time.Millisecond}
+	if s, ok := v[3].(string); ok {
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+			nl.Counter, nl.CounterOK = distlock.Token(n), true
+		}
+	}
+	if len(v) == 6 {
+		tok, ok1 := v[4].(string)
+		value, ok2 := v[5].(string)
+		n, err := strconv.ParseInt(tok, 10, 64)
+		if !ok1 || !ok2 || err != nil {
+			return bad()
+		}
+		nl.Recorded, nl.Token, nl.Value = true, distlock.Token(n), value
+	}
+	return nl, nil
+}
