@@ -135,7 +135,7 @@
 // confirm its leadership before it revokes, but from 3.4.34, 3.5.16 and
 // 3.6.0 on that check is skipped when the member ticked lately (#18428), as
 // one resuming from a pause has: 3.5.35, 3.6.16 and 3.7.3 still revoked in
-// 12 of 20 such pauses in our test, 3.4.23 in all. The tests run 3.5.15,
+// 18 of 28 such pauses in our test, 3.4.23 in all 15. The tests run 3.5.15,
 // which `make setup` builds: the newest release with the check intact.
 // Fence the resource whatever the server.
 //
