@@ -180,38 +180,45 @@ func TestBrokenLockersFail(t *testing.T) {
 		name string
 		wrap func(driver.Backend, *memory.Store) driver.Backend
 		want string // the case that must fail
+		// ttl, if set, replaces the harness's 200ms: a double that only
+		// fakes renewals would pass by a renewal late on a loaded machine.
+		ttl time.Duration
 	}{
-		{"no mutual exclusion", func(b driver.Backend, _ *memory.Store) driver.Backend { return &noExclusion{Backend: b} }, "MutualExclusion"},
-		{"no mutual exclusion (try)", func(b driver.Backend, _ *memory.Store) driver.Backend { return &noExclusion{Backend: b} }, "TryAcquireHeld"},
-		{"release by non-owner", func(b driver.Backend, s *memory.Store) driver.Backend { return &anyoneReleases{b, s} }, "StaleReleaseKeepsNewHolder"},
-		{"tokens not increasing", func(b driver.Backend, _ *memory.Store) driver.Backend { return constantToken{b} }, "TokensIncrease"},
-		{"tokens not increasing after expiry", func(b driver.Backend, _ *memory.Store) driver.Backend { return constantToken{b} }, "TokensIncreaseAfterExpiry"},
-		{"never expires", func(b driver.Backend, _ *memory.Store) driver.Backend { return neverExpires{b} }, "CrashFreesAfterTTL"},
-		{"Done never closes", func(b driver.Backend, _ *memory.Store) driver.Backend { return doneNeverCloses{b} }, "ForcedExpiryEndsDone"},
-		{"Do not cancelled on loss", func(b driver.Backend, _ *memory.Store) driver.Backend { return doneNeverCloses{b} }, "DoCancelsOnLoss"},
-		{"refresh does not extend", func(b driver.Backend, _ *memory.Store) driver.Backend { return refreshDoesNothing{b} }, "RefreshExtends"},
+		{"no mutual exclusion", func(b driver.Backend, _ *memory.Store) driver.Backend { return &noExclusion{Backend: b} }, "MutualExclusion", 0},
+		{"no mutual exclusion (try)", func(b driver.Backend, _ *memory.Store) driver.Backend { return &noExclusion{Backend: b} }, "TryAcquireHeld", 0},
+		{"release by non-owner", func(b driver.Backend, s *memory.Store) driver.Backend { return &anyoneReleases{b, s} }, "StaleReleaseKeepsNewHolder", 0},
+		{"tokens not increasing", func(b driver.Backend, _ *memory.Store) driver.Backend { return constantToken{b} }, "TokensIncrease", 0},
+		{"tokens not increasing after expiry", func(b driver.Backend, _ *memory.Store) driver.Backend { return constantToken{b} }, "TokensIncreaseAfterExpiry", 0},
+		{"never expires", func(b driver.Backend, _ *memory.Store) driver.Backend { return neverExpires{b} }, "CrashFreesAfterTTL", 0},
+		{"Done never closes", func(b driver.Backend, _ *memory.Store) driver.Backend { return doneNeverCloses{b} }, "ForcedExpiryEndsDone", 2 * time.Second},
+		{"Do not cancelled on loss", func(b driver.Backend, _ *memory.Store) driver.Backend { return doneNeverCloses{b} }, "DoCancelsOnLoss", 2 * time.Second},
+		{"refresh does not extend", func(b driver.Backend, _ *memory.Store) driver.Backend { return refreshDoesNothing{b} }, "RefreshExtends", 0},
 		{"Inspect reports a stale value", func() func(driver.Backend, *memory.Store) driver.Backend {
 			left := &leftovers{last: map[string]string{}} // on the "server": shared by the Lockers
 			return func(b driver.Backend, _ *memory.Store) driver.Backend { return staleValue{b, left} }
-		}(), "InspectNewHolder"},
-		{"Inspect reports a wrong token", func(b driver.Backend, _ *memory.Store) driver.Backend { return offByOneToken{b} }, "InspectHolder"},
-		{"Inspect misses the end of a lock", func(b driver.Backend, _ *memory.Store) driver.Backend { return &stickyHolder{Backend: b} }, "InspectAfterCrash"},
-		{"Inspect truncates values", func(b driver.Backend, _ *memory.Store) driver.Backend { return truncatesValue{b} }, "InspectValueBounds"},
-		{"Inspect counts no waiters", func(b driver.Backend, _ *memory.Store) driver.Backend { return &queueOnly{Backend: b} }, "InspectWaiters"},
-		{"Watch never notifies", func(b driver.Backend, _ *memory.Store) driver.Backend { return silentWatch{b} }, "WatchSeesChanges"},
-		{"two leaders", func(b driver.Backend, _ *memory.Store) driver.Backend { return &noExclusion{Backend: b} }, "ElectionOneLeader"},
-		{"observer misses leaders", func(b driver.Backend, _ *memory.Store) driver.Backend { return &stickyHolder{Backend: b} }, "ElectionObserversSeeEveryLeader"},
-		{"hand-over without a larger token", func(b driver.Backend, _ *memory.Store) driver.Backend { return constantToken{b} }, "ElectionResignHandsOver"},
-		{"paused leader keeps its term", func(b driver.Backend, _ *memory.Store) driver.Backend { return doneNeverCloses{b} }, "ElectionPausedLeaderReplaced"},
+		}(), "InspectNewHolder", 0},
+		{"Inspect reports a wrong token", func(b driver.Backend, _ *memory.Store) driver.Backend { return offByOneToken{b} }, "InspectHolder", 0},
+		{"Inspect misses the end of a lock", func(b driver.Backend, _ *memory.Store) driver.Backend { return &stickyHolder{Backend: b} }, "InspectAfterCrash", 0},
+		{"Inspect truncates values", func(b driver.Backend, _ *memory.Store) driver.Backend { return truncatesValue{b} }, "InspectValueBounds", 0},
+		{"Inspect counts no waiters", func(b driver.Backend, _ *memory.Store) driver.Backend { return &queueOnly{Backend: b} }, "InspectWaiters", 0},
+		{"Watch never notifies", func(b driver.Backend, _ *memory.Store) driver.Backend { return silentWatch{b} }, "WatchSeesChanges", 0},
+		{"two leaders", func(b driver.Backend, _ *memory.Store) driver.Backend { return &noExclusion{Backend: b} }, "ElectionOneLeader", 0},
+		{"observer misses leaders", func(b driver.Backend, _ *memory.Store) driver.Backend { return &stickyHolder{Backend: b} }, "ElectionObserversSeeEveryLeader", 0},
+		{"hand-over without a larger token", func(b driver.Backend, _ *memory.Store) driver.Backend { return constantToken{b} }, "ElectionResignHandsOver", 0},
+		{"paused leader keeps its term", func(b driver.Backend, _ *memory.Store) driver.Backend { return doneNeverCloses{b} }, "ElectionPausedLeaderReplaced", 2 * time.Second},
 		{"waiter leaves residue", func() func(driver.Backend, *memory.Store) driver.Backend {
 			left := &orphans{keys: map[string]bool{}}
 			return func(b driver.Backend, _ *memory.Store) driver.Backend { return &leavesResidue{b, left} }
-		}(), "CancelLeavesNoResidue"},
+		}(), "CancelLeavesNoResidue", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c := findCase(t, tc.want)
-			err := c.Check(t.Context(), harnessOn(tc.wrap))
+			h := harnessOn(tc.wrap)
+			if tc.ttl > 0 {
+				h.TTL = tc.ttl
+			}
+			err := c.Check(t.Context(), h)
 			var ce *conformance.CaseError
 			if !errors.As(err, &ce) {
 				t.Fatalf("case %s passed (or skipped: %v) on a locker that breaks its rule", tc.want, err)
