@@ -121,7 +121,7 @@ func (ls *Lease) Refresh(ctx context.Context, opts ...Option) error {
 		return err
 	}
 	if o.AutoRenew != base.AutoRenew || o.RenewInterval != base.RenewInterval || o.DriftRule() != base.DriftRule() ||
-		o.BackoffMin != base.BackoffMin || o.BackoffMax != base.BackoffMax {
+		o.BackoffMin != base.BackoffMin || o.BackoffMax != base.BackoffMax || o.Value != base.Value {
 		return fmt.Errorf("%w: Lease.Refresh takes only WithTTL; a lease's other settings are fixed when it is acquired", ErrInvalidOption)
 	}
 	if err := validateTTL(o.TTL); err != nil {
