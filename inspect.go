@@ -145,19 +145,18 @@ func (w *watch) run(ctx, bctx context.Context) {
 	}
 }
 
-// changed reports whether h is news: a holder with a larger token than the
-// last one sent (never an older one, which a lagging read may return), or
-// the key freed since.
+// changed reports whether h is news: another holder (another token) or the
+// key held or freed since the last report. Tokens are not required to
+// grow: a holder a backend reports whose acquire then failed (a Redlock
+// attempt between its phases) may come with a token above the next real
+// holder's, and that holder must still be reported.
 func (w *watch) changed(h Holder) bool {
 	switch {
 	case !w.reported:
-	case h.Held && h.Token > w.lastToken:
-	case !h.Held && w.last.Held:
+	case h.Held != w.last.Held:
+	case h.Held && h.Token != w.last.Token:
 	default:
 		return false
-	}
-	if h.Held {
-		w.lastToken = h.Token
 	}
 	w.reported, w.last = true, h
 	return true

@@ -62,8 +62,8 @@ type Locker interface {
 	Inspect(ctx context.Context, key string) (Holder, error)
 
 	// Watch reports key's holder now, then at each change: a new holder
-	// (always with a larger token than the one reported before it) or the
-	// key becoming free. Changes are pushed where the backend can (etcd and
+	// (another token; larger, except after a holder whose acquire failed
+	// between reads, which Redlock can show) or the key becoming free. Changes are pushed where the backend can (etcd and
 	// ZooKeeper watches, the memory store); elsewhere (Redis, Redlock)
 	// release notices and polling find them: a new holder within the
 	// back-off cap (WithBackoff's max, 500ms by default), an expiry at the

@@ -53,9 +53,13 @@ type Backend interface {
 	// also called with a Grant holding only Key, Owner and TTL (no Token,
 	// no Handle) for a TryLock whose outcome is unknown (a timeout, a reset
 	// connection): it must then free whatever that attempt may have taken,
-	// owner-checked, or return ErrNotHeld if there is nothing (or if the
-	// backend cleans such attempts up itself). The portable layer repeats
-	// that call, with back-off, within the release timeout.
+	// owner-checked, and return nil once the attempt can hold nothing any
+	// more (freed, or refused if it lands later, as Redis's tombstones do),
+	// or ErrNotHeld if it found nothing but the attempt may still land (or
+	// if the backend cleans such attempts up itself). The portable layer
+	// repeats the call on ErrNotHeld, with back-off, within the release
+	// timeout, for at most 64 attempts of a Locker at once: a give-back
+	// that ends at once keeps a burst of abandoned attempts under that cap.
 	Unlock(ctx context.Context, g Grant) error
 
 	// Guarantees describes the backend.

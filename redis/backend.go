@@ -189,6 +189,10 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	switch {
 	case err != nil:
 		return err
+	case !ok && g.Handle == nil:
+		// A give-back that found nothing: the tombstone now refuses the
+		// attempt if it lands later, so there is nothing to ask again.
+		return nil
 	case !ok:
 		return distlock.ErrNotHeld
 	}
