@@ -15,6 +15,8 @@
 //   - resign → notified: from the old leader's Resign call starting to the
 //     observer receiving its successor: the whole hand-over as an observer
 //     sees it.
+//   - resign → elected: from the same Resign call to the successor's
+//     Campaign returning: the hand-over as the candidates see it.
 //
 // The package is shared by `distlock bench` (distlock only) and
 // cmd/internal/peerbench (distlock next to etcd's concurrency.Election);
@@ -81,6 +83,10 @@ type Result struct {
 	ObserverFirst int
 	Elected       []time.Duration // elected → notified, one per change
 	Handover      []time.Duration // old leader's Resign call → notified
+	// Elect is the old leader's Resign call → the new one's Campaign
+	// returning: the hand-over as the candidates see it (Handover less
+	// Elected).
+	Elect []time.Duration
 }
 
 // term is one leader's timeline.
@@ -217,6 +223,7 @@ func Run(ctx context.Context, a, b, obs Elector, cfg Config) (Result, error) {
 		}
 		r.Elected = append(r.Elected, d)
 		r.Handover = append(r.Handover, tm.seen.Sub(tm.prevResign))
+		r.Elect = append(r.Elect, tm.elected.Sub(tm.prevResign))
 	}
 	return r, nil
 }

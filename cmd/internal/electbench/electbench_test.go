@@ -35,12 +35,12 @@ func TestRunMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Changes < 20 || r.Missed != 0 || len(r.Elected) != r.Changes || len(r.Handover) != r.Changes {
-		t.Fatalf("changes %d, missed %d, %d/%d samples", r.Changes, r.Missed, len(r.Elected), len(r.Handover))
+	if r.Changes < 20 || r.Missed != 0 || len(r.Elected) != r.Changes || len(r.Handover) != r.Changes || len(r.Elect) != r.Changes {
+		t.Fatalf("changes %d, missed %d, %d/%d/%d samples", r.Changes, r.Missed, len(r.Elected), len(r.Handover), len(r.Elect))
 	}
 	for i := range r.Elected {
-		if r.Elected[i] > time.Second || r.Handover[i] < r.Elected[i] {
-			t.Errorf("change %d: elected→seen %v, resign→seen %v", i, r.Elected[i], r.Handover[i])
+		if r.Elected[i] > time.Second || r.Handover[i] < r.Elected[i] || r.Elect[i] <= 0 || r.Elect[i]+r.Elected[i] != r.Handover[i] {
+			t.Errorf("change %d: elected→seen %v, resign→seen %v, resign→elected %v", i, r.Elected[i], r.Handover[i], r.Elect[i])
 		}
 	}
 	t.Logf("%d changes, elected→seen p50 %v p99 %v, resign→seen p50 %v, observer first %d",

@@ -140,7 +140,10 @@ type observeRun struct {
 	ElectedP99Ms   float64 `json:"elected_to_notified_p99_ms"`
 	HandoverP50Ms  float64 `json:"resign_to_notified_p50_ms"`
 	HandoverP99Ms  float64 `json:"resign_to_notified_p99_ms"`
+	ElectP50Ms     float64 `json:"resign_to_elected_p50_ms"`
+	ElectP99Ms     float64 `json:"resign_to_elected_p99_ms"`
 	elected, hando []time.Duration
+	elect          []time.Duration
 }
 
 // ObserveCell is one row of the observer-latency table: every run, and the
@@ -159,6 +162,8 @@ type ObserveCell struct {
 	ElectedP99Ms  float64 `json:"elected_to_notified_p99_ms"`
 	HandoverP50Ms float64 `json:"resign_to_notified_p50_ms"`
 	HandoverP99Ms float64 `json:"resign_to_notified_p99_ms"`
+	ElectP50Ms    float64 `json:"resign_to_elected_p50_ms"`
+	ElectP99Ms    float64 `json:"resign_to_elected_p99_ms"`
 }
 
 // measureObserve opens the two candidates and the observer of s on a role
@@ -184,7 +189,8 @@ func measureObserve(ctx context.Context, s electSide, addrs []string, c config) 
 		Changes: r.Changes, Missed: r.Missed, ObserverFirst: r.ObserverFirst,
 		ElectedP50Ms: ms(percentile(r.Elected, 50)), ElectedP99Ms: ms(percentile(r.Elected, 99)),
 		HandoverP50Ms: ms(percentile(r.Handover, 50)), HandoverP99Ms: ms(percentile(r.Handover, 99)),
-		elected: r.Elected, hando: r.Handover,
+		ElectP50Ms: ms(percentile(r.Elect, 50)), ElectP99Ms: ms(percentile(r.Elect, 99)),
+		elected: r.Elected, hando: r.Handover, elect: r.Elect,
 	}, nil
 }
 
@@ -226,7 +232,7 @@ func benchObserve(ctx context.Context, c config, p *pair, addrs []string) ([]*Ob
 }
 
 func (cl *ObserveCell) summarize() {
-	var el, ho []time.Duration
+	var el, ho, ec []time.Duration
 	cl.Changes, cl.Missed, cl.ObserverFirst = 0, 0, 0
 	for _, r := range cl.Runs {
 		cl.Changes += r.Changes
@@ -234,15 +240,17 @@ func (cl *ObserveCell) summarize() {
 		cl.ObserverFirst += r.ObserverFirst
 		el = append(el, r.elected...)
 		ho = append(ho, r.hando...)
+		ec = append(ec, r.elect...)
 	}
 	cl.ElectedP50Ms, cl.ElectedP99Ms = ms(percentile(el, 50)), ms(percentile(el, 99))
 	cl.HandoverP50Ms, cl.HandoverP99Ms = ms(percentile(ho, 50)), ms(percentile(ho, 99))
+	cl.ElectP50Ms, cl.ElectP99Ms = ms(percentile(ec, 50)), ms(percentile(ec, 99))
 }
 
 // observeTable is the observer-latency table, one row per library and
 // setting, the etcd reference marked.
 func observeTable(rep *Report) [][]string {
-	rows := [][]string{{"backend", "library", "elected→notified p50 ms", "p99 ms", "resign→notified p50 ms", "p99 ms", "changes", "missed", "observer first"}}
+	rows := [][]string{{"backend", "library", "elected→notified p50 ms", "p99 ms", "resign→notified p50 ms", "p99 ms", "resign→elected p50 ms", "p99 ms", "changes", "missed", "observer first"}}
 	for _, c := range rep.Observe {
 		name := c.Side
 		if c.Reference {
@@ -251,6 +259,7 @@ func observeTable(rep *Report) [][]string {
 		rows = append(rows, []string{c.Backend, name,
 			fmt.Sprintf("%.2f", c.ElectedP50Ms), fmt.Sprintf("%.2f", c.ElectedP99Ms),
 			fmt.Sprintf("%.2f", c.HandoverP50Ms), fmt.Sprintf("%.2f", c.HandoverP99Ms),
+			fmt.Sprintf("%.2f", c.ElectP50Ms), fmt.Sprintf("%.2f", c.ElectP99Ms),
 			fmt.Sprint(c.Changes), fmt.Sprint(c.Missed), fmt.Sprint(c.ObserverFirst)})
 	}
 	return rows

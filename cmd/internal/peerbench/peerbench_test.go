@@ -109,10 +109,11 @@ func TestReportFromSyntheticRuns(t *testing.T) {
 	}
 	// Percentiles over the runs' changes together, not medians of runs.
 	ob := &ObserveCell{Pair: "etcd", Backend: "etcd", Side: "etcd concurrency.Election", Reference: true, Runs: []observeRun{
-		{Changes: 3, ObserverFirst: 1, elected: msd(-1, 2, 3), hando: msd(5, 6, 7)},
-		{Changes: 2, Missed: 1, elected: msd(40, 50), hando: msd(60, 70)}}}
+		{Changes: 3, ObserverFirst: 1, elected: msd(-1, 2, 3), hando: msd(5, 6, 7), elect: msd(6, 4, 4)},
+		{Changes: 2, Missed: 1, elected: msd(40, 50), hando: msd(60, 70), elect: msd(20, 20)}}}
 	ob.summarize()
-	if ob.Changes != 5 || ob.Missed != 1 || ob.ObserverFirst != 1 || ob.ElectedP50Ms != 3 || ob.ElectedP99Ms != 50 || ob.HandoverP50Ms != 7 {
+	if ob.Changes != 5 || ob.Missed != 1 || ob.ObserverFirst != 1 || ob.ElectedP50Ms != 3 || ob.ElectedP99Ms != 50 || ob.HandoverP50Ms != 7 ||
+		ob.ElectP50Ms != 6 || ob.ElectP99Ms != 20 {
 		t.Errorf("observe summary %+v", ob)
 	}
 	rep := &Report{Machine: Machine{CPU: "Test CPU", Cores: 2, GoVersion: "go1.x"}, Duration: "1s", Runs: 3,
@@ -129,7 +130,7 @@ func TestReportFromSyntheticRuns(t *testing.T) {
 		"zookeeper vs zk.Lock                 108",
 		"note: etcd vs concurrency.Mutex not measured",
 		"observer latency: test",
-		"etcd     etcd concurrency.Election (reference)                     3.00   50.00                    7.00   70.00        5       1               1",
+		"etcd     etcd concurrency.Election (reference)                     3.00   50.00                    7.00   70.00                   6.00   20.00        5       1               1",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("report lacks %q:\n%s", want, got)

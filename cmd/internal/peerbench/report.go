@@ -78,7 +78,8 @@ const observeMethod = "observer latency: two candidates (each its own client) ca
 	"the leader holds until the observer (a third client) has reported it, then a random 0..%v more, and resigns, " +
 	"so the other, already waiting, is elected; elected→notified = from the new leader's Campaign returning to the " +
 	"observer receiving it (one monotonic clock; negative when the observer hears first, counted as 'observer first'); " +
-	"resign→notified = from the old leader's Resign call to the observer receiving the successor; percentiles over " +
+	"resign→notified = from the old leader's Resign call to the observer receiving the successor; resign→elected = " +
+	"from that Resign call to the successor's Campaign returning (the hand-over as the candidates see it); percentiles over " +
 	"every change of every run (the first term of a run is not counted); rows of one backend interleave run by run; " +
 	"distlock with default settings unless a WithBackoff is named; bsm/redislock, redsync and zk.Lock have no election, " +
 	"so etcd's concurrency.Election (library defaults, session TTL 60s) on the etcd server is the reference row for all"
@@ -267,7 +268,9 @@ func printReport(w io.Writer, rep *Report) {
 	if len(srv) > 0 {
 		fmt.Fprintf(w, "servers (loopback): %s\n", strings.Join(srv, "; "))
 	}
-	fmt.Fprintf(w, "method: %s\n\n", rep.Method)
+	if len(rep.Cells) > 0 {
+		fmt.Fprintf(w, "method: %s\n\n", rep.Method)
+	}
 
 	if len(rep.Cells) > 0 {
 		printLockTables(w, rep)
