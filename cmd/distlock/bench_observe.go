@@ -7,9 +7,11 @@ import (
 	"github.com/distlock/distlock/cmd/internal/electbench"
 )
 
-// observeHold is how long, at most, a leader of the observer measurement
-// holds once the observer has seen it (a random 0..observeHold).
-const observeHold = 50 * time.Millisecond
+// A leader of the observer measurement holds a random
+// observeHoldMin..observeHoldMax once the observer has seen it: leaders
+// hold for a while in real use, and etcd's watches from a past revision
+// need up to 100 ms to catch up.
+const observeHoldMin, observeHoldMax = 120 * time.Millisecond, 200 * time.Millisecond
 
 // observe measures the observer latency of package election on key (the
 // role): two Lockers hand leadership over while a third observes with the
@@ -29,7 +31,8 @@ func observe(ctx context.Context, b *backend, key string) ([]value, []float64, e
 		}
 		es = append(es, e)
 	}
-	r, err := electbench.Run(ctx, es[0], es[1], es[2], electbench.Config{Duration: b.cfg.duration, Hold: observeHold, MinChanges: 10})
+	r, err := electbench.Run(ctx, es[0], es[1], es[2], electbench.Config{Duration: b.cfg.duration,
+		HoldMin: observeHoldMin, HoldMax: observeHoldMax, MinChanges: 10})
 	if err != nil {
 		return nil, nil, err
 	}

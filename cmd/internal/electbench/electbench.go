@@ -4,7 +4,7 @@
 //
 // Two candidates, each with its own client as separate processes would
 // have, campaign for one role again and again: the leader holds until the
-// observer has reported it (then a random 0..Hold more), resigns and
+// observer has reported it (then a random HoldMin..HoldMax more), resigns and
 // campaigns again, so the other candidate, already waiting, is elected. A
 // third client observes the role. Every time is read in this one process
 // from the monotonic clock:
@@ -51,10 +51,14 @@ type Elector interface {
 
 // Config is how long and how a run goes.
 type Config struct {
-	Duration    time.Duration // candidates start no campaign after it (once MinChanges are done)
-	Hold        time.Duration // a leader holds a random 0..Hold after the observer has seen it
-	SeenTimeout time.Duration // a leader not seen by then is counted as missed and resigns
-	MinChanges  int           // measured changes wanted even if Duration has passed
+	Duration time.Duration // candidates start no campaign after it (once MinChanges are done)
+	// A leader holds a random HoldMin..HoldMax after the observer has
+	// seen it. Holds under 100 ms slow etcd's concurrency.Election down:
+	// its Campaign watches from a past revision, which the server serves
+	// from a resync loop every 100 ms until it catches up.
+	HoldMin, HoldMax time.Duration
+	SeenTimeout      time.Duration // a leader not seen by then is counted as missed and resigns
+	MinChanges       int           // measured changes wanted even if Duration has passed
 }
 
 // withDefaults fills Config's zero fields.
@@ -68,6 +72,7 @@ func (c Config) withDefaults() Config {
 	if c.MinChanges <= 0 {
 		c.MinChanges = 10
 	}
+	c.HoldMin = min(max(c.HoldMin, 0), c.HoldMax)
 	return c
 }
 
@@ -185,8 +190,8 @@ func Run(ctx context.Context, a, b, obs Elector, cfg Config) (Result, error) {
 				case <-cctx.Done():
 				}
 				t.Stop()
-				if cfg.Hold > 0 {
-					time.Sleep(rand.N(cfg.Hold + 1))
+				if cfg.HoldMax > 0 {
+					time.Sleep(cfg.HoldMin + rand.N(cfg.HoldMax-cfg.HoldMin+1))
 				}
 				tr.resigning(time.Now())
 				rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

@@ -31,7 +31,7 @@ func TestRunMemory(t *testing.T) {
 		}
 		es = append(es, e)
 	}
-	r, err := Run(ctx, es[0], es[1], es[2], Config{Duration: 200 * time.Millisecond, Hold: time.Millisecond, MinChanges: 20})
+	r, err := Run(ctx, es[0], es[1], es[2], Config{Duration: 200 * time.Millisecond, HoldMax: time.Millisecond, MinChanges: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,9 +97,13 @@ func newFake(lag time.Duration) fakeClient {
 func TestRunMeasuresTheLag(t *testing.T) {
 	ctx := context.Background()
 	f := newFake(20 * time.Millisecond)
-	r, err := Run(ctx, f, f, f, Config{Duration: 100 * time.Millisecond, MinChanges: 5})
+	began := time.Now()
+	r, err := Run(ctx, f, f, f, Config{Duration: 100 * time.Millisecond, MinChanges: 5, HoldMin: 10 * time.Millisecond, HoldMax: 12 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if el := time.Since(began); el < time.Duration(r.Changes+1)*30*time.Millisecond {
+		t.Errorf("%d changes in %v: each leader should hold 20 ms for the observer and 10–12 ms more", r.Changes, el)
 	}
 	if p := Percentile(r.Elected, 50); r.Changes < 5 || p < 20*time.Millisecond || p > 200*time.Millisecond {
 		t.Errorf("%d changes, p50 %v; want ≥ 5 and about 20ms", r.Changes, p)

@@ -46,9 +46,10 @@ type config struct {
 	dir      string // where the servers' directories go ("" = os.TempDir())
 	progress io.Writer
 
-	observeHold        time.Duration // a leader holds 0..observeHold once the observer has seen it
+	observeHoldFlag    string
+	observeHold        span // a leader holds a random min..max once the observer has seen it
 	observeBackoffFlag string
-	observeBackoff     backoff // the second distlock row's Observe back-off on redis, redlock (zero: no such row)
+	observeBackoff     span // the second distlock row's Observe back-off on redis, redlock (zero: no such row)
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -60,8 +61,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringSliceVar(&c.only, "only", nil, "pairs to measure: redis, redlock, etcd, zk (comma-separated; default all)")
 	fs.StringSliceVar(&c.scens, "scenarios", nil,
 		"scenarios to run: "+strings.Join(scenarioIDs(), ", ")+" (comma-separated; default all)")
-	fs.DurationVar(&c.observeHold, "observe-hold", 50*time.Millisecond,
-		"observer latency: a leader holds a random 0..this once the observer has seen it, then resigns")
+	fs.StringVar(&c.observeHoldFlag, "observe-hold", "120ms:200ms",
+		"observer latency: a leader holds a random MIN:MAX once the observer has seen it, then resigns")
 	fs.StringVar(&c.observeBackoffFlag, "observe-backoff", "1ms:50ms",
 		"observer latency: also measure redis and redlock with the observer's WithBackoff(MIN, MAX) set to MIN:MAX (none: don't)")
 	fs.StringVar(&c.jsonPath, "json", "", "also write the results as JSON to this file")
@@ -124,11 +125,11 @@ func (c *config) check() error {
 		}
 		c.scens[i] = id
 	}
-	if c.observeHold < 0 {
-		return fmt.Errorf("--observe-hold %v: must not be negative", c.observeHold)
-	}
 	var err error
-	if c.observeBackoff, err = parseBackoff(c.observeBackoffFlag); err != nil {
+	if c.observeHold, err = parseSpan(c.observeHoldFlag, false); err != nil {
+		return fmt.Errorf("--observe-hold: %w", err)
+	}
+	if c.observeBackoff, err = parseSpan(c.observeBackoffFlag, true); err != nil {
 		return fmt.Errorf("--observe-backoff: %w", err)
 	}
 	if _, err := parseRetry(c.retry); err != nil {

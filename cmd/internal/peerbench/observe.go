@@ -31,11 +31,11 @@ type electSide struct {
 // with the observer's back-off set to bo (unless zero); on etcd, etcd's own
 // concurrency.Election. Neither redis's, Redlock's nor ZooKeeper's peer
 // library offers an election: there the etcd row is the reference.
-func electSides(p *pair, bo backoff) []electSide {
-	sides := []electSide{distlockElect(p, backoff{})}
+func electSides(p *pair, bo span) []electSide {
+	sides := []electSide{distlockElect(p, span{})}
 	switch p.id {
 	case "redis", "redlock":
-		if bo != (backoff{}) {
+		if bo != (span{}) {
 			sides = append(sides, distlockElect(p, bo))
 		}
 	case "etcd":
@@ -48,10 +48,10 @@ func electSides(p *pair, bo backoff) []electSide {
 // backend's defaults (TTL 30 s, auto-renewed by the election; back-off
 // 5–500 ms). A non-zero bo is the observer's back-off instead (WithBackoff
 // on Observe).
-func distlockElect(p *pair, bo backoff) electSide {
+func distlockElect(p *pair, bo span) electSide {
 	name := "distlock " + p.backend
 	var observeOpts []distlock.Option
-	if bo != (backoff{}) {
+	if bo != (span{}) {
 		name += fmt.Sprintf(", Observe WithBackoff(%v, %v)", bo.min, bo.max)
 		observeOpts = append(observeOpts, distlock.WithBackoff(bo.min, bo.max))
 	}
@@ -112,21 +112,26 @@ func (e etcdElector) Observe(ctx context.Context, seen func(string)) (func(), er
 	return electbench.Follow(ch, cancel, value, seen), nil
 }
 
-// backoff is a WithBackoff setting; zero means none.
-type backoff struct{ min, max time.Duration }
+// span is a range of durations: a hold, or a WithBackoff setting (zero:
+// none).
+type span struct{ min, max time.Duration }
 
-// parseBackoff reads MIN:MAX, or "none" (the zero backoff).
-func parseBackoff(s string) (backoff, error) {
-	if s == "none" || s == "" {
-		return backoff{}, nil
+// parseSpan reads MIN:MAX (0 <= MIN <= MAX; 0 < MIN for a back-off), or
+// for a back-off "none" (the zero span).
+func parseSpan(s string, backoff bool) (span, error) {
+	if backoff && s == "none" {
+		return span{}, nil
 	}
 	lo, hi, ok := strings.Cut(s, ":")
-	var b backoff
+	var b span
 	var err1, err2 error
 	b.min, err1 = time.ParseDuration(lo)
 	b.max, err2 = time.ParseDuration(hi)
-	if !ok || err1 != nil || err2 != nil || b.min <= 0 || b.max < b.min {
-		return backoff{}, fmt.Errorf("%q: want MIN:MAX, 0 < MIN <= MAX, or none", s)
+	if !ok || err1 != nil || err2 != nil || b.min < 0 || b.max < b.min || backoff && b.min == 0 {
+		if backoff {
+			return span{}, fmt.Errorf("%q: want MIN:MAX, 0 < MIN <= MAX, or none", s)
+		}
+		return span{}, fmt.Errorf("%q: want MIN:MAX, 0 <= MIN <= MAX", s)
 	}
 	return b, nil
 }
@@ -181,7 +186,8 @@ func measureObserve(ctx context.Context, s electSide, addrs []string, c config) 
 		defer closeFn()
 		es = append(es, e)
 	}
-	r, err := electbench.Run(ctx, es[0], es[1], es[2], electbench.Config{Duration: c.duration, Hold: c.observeHold, MinChanges: 20})
+	r, err := electbench.Run(ctx, es[0], es[1], es[2], electbench.Config{Duration: c.duration,
+		HoldMin: c.observeHold.min, HoldMax: c.observeHold.max, MinChanges: 20})
 	if err != nil {
 		return observeRun{}, err
 	}

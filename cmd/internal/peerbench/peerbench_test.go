@@ -20,7 +20,7 @@ func TestAllPairsShort(t *testing.T) {
 	defer cancel()
 	var progress bytes.Buffer
 	c := config{duration: 200 * time.Millisecond, runs: 1, retry: "linear:5ms", dir: t.TempDir(), progress: &progress,
-		observeHold: 5 * time.Millisecond, observeBackoff: backoff{time.Millisecond, 50 * time.Millisecond}}
+		observeHold: span{0, 5 * time.Millisecond}, observeBackoff: span{time.Millisecond, 50 * time.Millisecond}}
 	rep, err := benchmark(ctx, c)
 	if err != nil {
 		t.Fatal(err)
@@ -159,22 +159,26 @@ func TestPercentile(t *testing.T) {
 
 func TestFlags(t *testing.T) {
 	for _, args := range [][]string{{"--only", "nope"}, {"--runs", "0"}, {"--duration", "0s"}, {"--redislock-retry", "exp:5ms"},
-		{"--scenarios", "nope"}, {"--observe-hold", "-1s"}, {"--observe-backoff", "50ms"}, {"--observe-backoff", "9ms:1ms"}} {
+		{"--scenarios", "nope"}, {"--observe-hold", "-1s:1s"}, {"--observe-hold", "2s:1s"}, {"--observe-backoff", "50ms"}, {"--observe-backoff", "9ms:1ms"}} {
 		var stderr bytes.Buffer
 		if code := run(args, &bytes.Buffer{}, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, stderr.String())
 		}
 	}
 	c := config{duration: time.Second, runs: 1, retry: "exp:16ms:512ms", only: []string{"ZooKeeper", " redis"},
-		scens: []string{" Observe", "8keys"}, observeBackoffFlag: "2ms:40ms"}
+		scens: []string{" Observe", "8keys"}, observeBackoffFlag: "2ms:40ms", observeHoldFlag: "0s:5ms"}
 	if err := c.check(); err != nil {
 		t.Fatal(err)
 	}
 	if !c.wantsScenario(observeID) || !c.wantsScenario("8keys") || c.wantsScenario("uncontended") {
 		t.Errorf("--scenarios %v: wants observe and 8keys, not uncontended", c.scens)
 	}
-	if c.observeBackoff != (backoff{2 * time.Millisecond, 40 * time.Millisecond}) {
-		t.Errorf("--observe-backoff 2ms:40ms: %+v", c.observeBackoff)
+	if c.observeBackoff != (span{2 * time.Millisecond, 40 * time.Millisecond}) || c.observeHold != (span{0, 5 * time.Millisecond}) {
+		t.Errorf("--observe-backoff 2ms:40ms, --observe-hold 0s:5ms: %+v, %+v", c.observeBackoff, c.observeHold)
+	}
+	c.observeBackoffFlag = "none"
+	if err := c.check(); err != nil || c.observeBackoff != (span{}) {
+		t.Errorf("--observe-backoff none: %+v, %v", c.observeBackoff, err)
 	}
 	if !c.wants("zk") || !c.wants("redis") || c.wants("etcd") {
 		t.Errorf("--only %v: wants zk, redis and not etcd", c.only)

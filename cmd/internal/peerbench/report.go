@@ -75,7 +75,7 @@ const method = "each pair on its own loopback servers started here; per scenario
 	"no auto-renew); figures are medians over the runs; wait = acquire call to grant"
 
 const observeMethod = "observer latency: two candidates (each its own client) campaign for one role again and again; " +
-	"the leader holds until the observer (a third client) has reported it, then a random 0..%v more, and resigns, " +
+	"the leader holds until the observer (a third client) has reported it, then a random %v..%v more, and resigns, " +
 	"so the other, already waiting, is elected; elected→notified = from the new leader's Campaign returning to the " +
 	"observer receiving it (one monotonic clock; negative when the observer hears first, counted as 'observer first'); " +
 	"resign→notified = from the old leader's Resign call to the observer receiving the successor; resign→elected = " +
@@ -89,7 +89,7 @@ const observeMethod = "observer latency: two candidates (each its own client) ca
 func benchmark(ctx context.Context, c config) (*Report, error) {
 	rep := &Report{Machine: machine(), Duration: c.duration.String(), Runs: c.runs, Method: method}
 	if c.wantsScenario(observeID) {
-		rep.ObserveMethod = fmt.Sprintf(observeMethod, c.observeHold)
+		rep.ObserveMethod = fmt.Sprintf(observeMethod, c.observeHold.min, c.observeHold.max)
 	}
 	srv := startServers(ctx, c)
 	defer srv.Close()
