@@ -59,7 +59,8 @@ func newBackend(cli *clientv3.Client, owns bool, opts []distlock.Option) (*backe
 		cli: cli, owns: owns, prefix: prefix, lossWatch: loss,
 		tolerated: (len(cli.Endpoints()) - 1) / 2,
 		life:      life, stop: stop,
-		spares: map[int64][]*lease{},
+		spares:  map[int64][]*lease{},
+		dropped: map[string]*lease{},
 
 		watchCreate: defaultWatchCreate,
 	}
@@ -93,6 +94,10 @@ type backend struct {
 	mu     sync.Mutex
 	closed bool
 	spares map[int64][]*lease // recycled leases by requested seconds
+	// dropped are the leases of TryLocks whose outcome is unknown, by
+	// queue key: the give-back revokes the lease, which deletes the key
+	// and refuses the put if it lands later.
+	dropped map[string]*lease
 }
 
 var keyEscaper = strings.NewReplacer("%", "%25", "/", "%2F")

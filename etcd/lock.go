@@ -113,9 +113,10 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 		Then(clientv3.OpPut(me, req.Value, clientv3.WithLease(l.id))).
 		Commit()
 	if err != nil {
-		// The put may have happened: the lease is dropped, not recycled, so
-		// the key goes with it.
+		// The put may have happened, or may still: the lease is dropped,
+		// not recycled, and the give-back (unlockAttempt) revokes it.
 		h.end()
+		b.drop(me, l)
 		return driver.Grant{}, fmt.Errorf("etcd: creating %q: %w", me, err)
 	}
 	if !resp.Succeeded {
@@ -236,11 +237,25 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	return nil
 }
 
-// unlockAttempt deletes the queue key of a TryLock whose reply was lost. The
-// key's name holds the attempt's owner value, so it cannot be anyone else's;
-// its lease was dropped by TryLock and ends with its TTL.
+// unlockAttempt gives back a TryLock whose reply was lost: it revokes the
+// attempt's lease, which deletes its key if the put landed and refuses the
+// put if it lands later, so one call settles it. Without the lease (another
+// Locker's attempt, or a full map) it deletes the key, whose name holds the
+// attempt's owner value, so it cannot be anyone else's.
 func (b *backend) unlockAttempt(ctx context.Context, g driver.Grant) error {
 	me := b.queue(g.Key) + g.Owner
+	b.mu.Lock()
+	l := b.dropped[me]
+	delete(b.dropped, me)
+	b.mu.Unlock()
+	if l != nil {
+		_, err := b.cli.Revoke(ctx, l.id)
+		if err == nil || leaseGone(err) {
+			return nil
+		}
+		b.drop(me, l) // asked again by the portable layer
+		return fmt.Errorf("etcd: revoking the lease of %q: %w", me, err)
+	}
 	resp, err := b.cli.Delete(ctx, me)
 	switch {
 	case err != nil:
@@ -249,4 +264,26 @@ func (b *backend) unlockAttempt(ctx context.Context, g driver.Grant) error {
 		return fmt.Errorf("%w: etcd: %q does not exist", distlock.ErrNotHeld, me)
 	}
 	return nil
+}
+
+// maxDropped bounds the leases kept for give-backs; past it, expired ones
+// are forgotten, and a give-back without its lease deletes the key instead.
+const maxDropped = 1024
+
+// drop keeps l, the lease of the ambiguous attempt on queue key me, for its
+// give-back.
+func (b *backend) drop(me string, l *lease) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.dropped) >= maxDropped {
+		now := time.Now()
+		for k, d := range b.dropped {
+			if d.left(now) <= 0 {
+				delete(b.dropped, k)
+			}
+		}
+	}
+	if len(b.dropped) < maxDropped {
+		b.dropped[me] = l
+	}
 }

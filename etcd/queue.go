@@ -280,9 +280,13 @@ func (b *backend) abandon(ctx context.Context, me string, l *lease, cause error)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	// Recycle the lease only if the key was there to delete: if it was not,
-	// a lost Put may still be on its way and would sit on a lease that is
-	// reused and kept alive. Dropped, the lease takes such a key with it.
-	if resp, err := b.cli.Delete(cctx, me); err == nil && resp.Deleted == 1 && !leaseGone(cause) {
+	// a lost Put may still be on its way. Revoking the lease, ours alone,
+	// deletes such a key and refuses the Put if it lands later; if even
+	// that fails, the key goes when the lease expires.
+	resp, err := b.cli.Delete(cctx, me)
+	if err == nil && resp.Deleted == 1 && !leaseGone(cause) {
 		b.putSpare(l)
+		return
 	}
+	_, _ = b.cli.Revoke(cctx, l.id)
 }
