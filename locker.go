@@ -58,7 +58,11 @@ type Locker interface {
 	// whether it is held, the holder's token, value (WithValue) and
 	// remaining TTL, and the queued waiters where the backend keeps a
 	// queue. What it reports may be out of date by the time it returns;
-	// never decide to write on it (a lease's Token does that).
+	// never decide to write on it (a lease's Token does that). It reports
+	// the lock the server has, which for a moment may be an attempt whose
+	// caller gave up (a context that ended mid-call) until the attempt is
+	// given back: such a holder has no Lease, so it can write nothing
+	// through a fence.
 	Inspect(ctx context.Context, key string) (Holder, error)
 
 	// Watch reports key's holder now, then at each change: a new holder

@@ -19,6 +19,11 @@
 // token larger than the last); a hand-over faster than the polling bound may
 // be seen only as its last leader.
 //
+// Observers see what the server has: for a moment after a Campaign whose
+// context ended mid-call, that can be the abandoned attempt (with its value
+// and token) until it is given back; it never held a Term, so it wrote
+// nothing through a fence.
+//
 // Election needs nothing from a backend beyond distlock.Locker, so a new
 // backend gets it by implementing driver.Inspector (and driver.Watcher where
 // its server pushes changes). What a term guarantees is what the backend's
