@@ -101,7 +101,8 @@ func loadSoak(c *benchConfig) (*matrixfile.File, string, error) {
 
 // attachSoak adds the soak section to rep's fault section; rows are kept
 // in the order: this report's backends first, then the rest, each by
-// deployment, within before beyond.
+// deployment, the lock workload before the election workload, within
+// before beyond.
 func attachSoak(rep *Report, f *matrixfile.File, source string) {
 	if f == nil {
 		return
@@ -131,6 +132,8 @@ func attachSoak(rep *Report, f *matrixfile.File, source string) {
 			return strings.Compare(familyOf(a), familyOf(b))
 		case a.Backend != b.Backend:
 			return strings.Compare(a.Backend, b.Backend)
+		case a.Workload != b.Workload:
+			return strings.Compare(a.Workload, b.Workload) // the lock workload ("") first
 		}
 		return strings.Compare(modeRank(a.Mode), modeRank(b.Mode))
 	})
@@ -184,7 +187,9 @@ const soakLegend = "Seeded schedules of overlapping faults (cmd/internal/faults/
 	"beyond: past the tolerance, only (b) token order and (c) the guard claimed, the other breaks counted (lost liveness, not a failure).\n" +
 	"guarded ops: writes through fencing.WithGuard; violations: breaks of the rules the mode claims, by rule; " +
 	"all breaks: every rule's, claimed or not; worst loss notice: the longest a superseded lease's Done stayed open after another holder's grant; " +
-	"worst recovery: the longest from a fault's end to the next grant."
+	"worst recovery: the longest from a fault's end to the next grant. " +
+	"A deployment marked (election) ran the election workload: candidates of package election writing through their term's fence while they lead, " +
+	"an observer following the leaders (f-observe: leaders reported in term order, each a real term with its candidate's value)."
 
 var soakCols = []string{"deployment", "mode", "runs", "guarded ops", "accepted", "rejected", "faults", "violations", "all breaks", "worst loss notice", "worst recovery", "test"}
 
@@ -219,7 +224,11 @@ func soakCells(r matrixfile.Row) []string {
 	if r.Failed {
 		test = "FAIL"
 	}
-	return []string{r.Backend, r.Mode, strconv.Itoa(len(r.Seeds)), strconv.Itoa(r.Ops), strconv.Itoa(r.Accepted), strconv.Itoa(r.Rejected),
+	deployment := r.Backend
+	if r.Workload != "" {
+		deployment += " (" + r.Workload + ")"
+	}
+	return []string{deployment, r.Mode, strconv.Itoa(len(r.Seeds)), strconv.Itoa(r.Ops), strconv.Itoa(r.Accepted), strconv.Itoa(r.Rejected),
 		faults, byKey(r.Violations), byKey(r.Counted), ms(r.WorstLossNoticeMs), ms(r.WorstRecoveryMs), test}
 }
 

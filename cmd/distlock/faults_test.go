@@ -185,7 +185,7 @@ func TestCompareSoakFile(t *testing.T) {
 		t.Fatalf("text report has no soak section:\n%s", text)
 	}
 	for _, want := range []string{
-		"took 30m5s, 119211 guarded operations in all", "SOME CLAIMED RULES BROKEN", "read from " + soakFixture,
+		"took 30m5s, 124211 guarded operations in all", "SOME CLAIMED RULES BROKEN", "read from " + soakFixture,
 		"== redis (soak) ==", "guarded ops", "worst loss notice", "worst recovery",
 		"42 (drop-replies 12, pause-holder 30)", "812 ms", "1656 ms",
 		"a-mutual-exclusion 4, d-recovery 2", "4012 ms",
@@ -196,9 +196,12 @@ func TestCompareSoakFile(t *testing.T) {
 			t.Errorf("soak section lacks %q:\n%s", want, soak)
 		}
 	}
-	// within before beyond, redis's rows together.
+	// within before beyond, redis's rows together, the election
+	// workload's row (first in the file) after the lock workload's.
 	_, redis, _ := strings.Cut(soak, "== redis (soak) ==")
-	if i, j := strings.Index(redis, "within"), strings.Index(redis, "beyond"); i < 0 || j < i {
+	redis, _, _ = strings.Cut(redis, "==")
+	i, j, k := strings.Index(redis, "within"), strings.Index(redis, "beyond"), strings.Index(redis, "redis (election)  within")
+	if i < 0 || j < i || k < j {
 		t.Errorf("redis rows out of order:\n%s", soak)
 	}
 
@@ -210,14 +213,14 @@ func TestCompareSoakFile(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if s := rep.FaultMatrix.Soak; s == nil || s.Header == nil || s.Matrix != "soak" || len(s.Rows) != 4 || s.Source != soakFixture {
+	if s := rep.FaultMatrix.Soak; s == nil || s.Header == nil || s.Matrix != "soak" || len(s.Rows) != 5 || s.Source != soakFixture {
 		t.Fatalf("JSON soak section: %s", b)
 	}
 	h, err := os.ReadFile(htmlPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"<h2>Randomized faults (soak)</h2>", `<table class="soak">`, "<td>zookeeper-clamped</td>", "<td>e-loss-notice 1</td>", `<td class="err">FAIL</td>`} {
+	for _, want := range []string{"<h2>Randomized faults (soak)</h2>", `<table class="soak">`, "<td>zookeeper-clamped</td>", "<td>redis (election)</td>", "<td>e-loss-notice 1</td>", `<td class="err">FAIL</td>`} {
 		if !bytes.Contains(h, []byte(want)) {
 			t.Errorf("HTML lacks %q", want)
 		}

@@ -147,8 +147,12 @@ type Env struct {
 	extra   []Event // the history of a client the fault itself runs
 	Workers []*Worker
 	links   *links // nil unless the fault is a Link fault
-	// WorkerArgs are extra worker flags (-idle, -wait).
+	// WorkerArgs are extra worker flags (-idle, -wait, -workload).
 	WorkerArgs []string
+	// Observer adds one worker (the last, connected to the servers
+	// directly, never a fault's target) that follows the election's
+	// leaders (-workload observe).
+	Observer bool
 }
 
 // record adds an event to the history of the fault's own client.
@@ -228,8 +232,9 @@ func buildWorker(dir string, tags ...string) string {
 }
 
 // startWorkers starts n workers of binary bin on env (through env.links
-// when set), with extra environment variables, and returns the function
-// that stops them all (SIGCONT, SIGTERM, then SIGKILL after grace).
+// when set), with extra environment variables, plus the observer when
+// env.Observer is set, and returns the function that stops them all
+// (SIGCONT, SIGTERM, then SIGKILL after grace).
 func startWorkers(t testing.TB, sh *Shared, env *Env, dir string, n int, bin string, environ []string, think time.Duration, seed uint64) func(grace time.Duration) {
 	t.Helper()
 	tg, key := env.Target, env.Key
@@ -237,9 +242,13 @@ func startWorkers(t testing.TB, sh *Shared, env *Env, dir string, n int, bin str
 	if env.Guarded {
 		mode = "guarded"
 	}
+	if env.Observer {
+		n++
+	}
 	for i := range n {
+		observer := env.Observer && i == n-1
 		url := tg.URL(tg.addrs())
-		if env.links != nil {
+		if env.links != nil && !observer {
 			addrs, err := env.links.add(i, tg.addrs())
 			if err != nil {
 				t.Fatal(err)
@@ -262,6 +271,9 @@ func startWorkers(t testing.TB, sh *Shared, env *Env, dir string, n int, bin str
 			"-ttl", tg.TTL.String(), "-think", think.String(),
 			"-seed", strconv.FormatUint(seed, 10), "-duration", "60m")
 		w.cmd.Args = append(w.cmd.Args, env.WorkerArgs...)
+		if observer {
+			w.cmd.Args = append(w.cmd.Args, "-workload", "observe") // the last -workload counts
+		}
 		if environ != nil {
 			w.cmd.Env = append(os.Environ(), environ...)
 		}

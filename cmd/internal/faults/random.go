@@ -34,6 +34,11 @@ type RandomConfig struct {
 	// Mutation, if set, is DISTLOCK_MUTATION for the workers, which then
 	// run the binary built with -tags distlock_mutations.
 	Mutation string
+	// Workload is "" (the lock workload: acquire, write, release) or
+	// WorkloadElection: candidates that lead for a random time up to Term
+	// (0: 1.5 s), writing all along, plus one observer.
+	Workload string
+	Term     time.Duration
 }
 
 // Applied is a step as it ran.
@@ -47,10 +52,12 @@ type Applied struct {
 // RandomRow is a randomized run's result.
 type RandomRow struct {
 	Backend  string
+	Workload string // "" (lock) or WorkloadElection
 	Mode     Mode
 	Seed     uint64
 	Check    Check
-	Faults   map[Kind]int // faults injected (not skipped), by kind
+	Election *ElectionStats // the election workload's terms and observations
+	Faults   map[Kind]int   // faults injected (not skipped), by kind
 	Applied  []Applied
 	Schedule Schedule
 	verdict
@@ -68,10 +75,14 @@ func (r RandomRow) String() string {
 		rules = append(rules, fmt.Sprintf("%s=%d", k, n))
 	}
 	slices.Sort(rules)
-	return fmt.Sprintf("%s mode=%s seed=%d ops=%d ok=%d rej=%d unk=%d acq=%d faults[%s] broken[%s] violations=%d worst-loss-notice=%v worst-recovery=%v",
+	s := fmt.Sprintf("%s mode=%s seed=%d ops=%d ok=%d rej=%d unk=%d acq=%d faults[%s] broken[%s] violations=%d worst-loss-notice=%v worst-recovery=%v",
 		r.Backend, r.Mode, r.Seed, r.Check.Writes, r.Check.Accepted, r.Check.Rejected, r.Check.Uncertain, r.Check.Acquires,
 		strings.Join(kinds, " "), strings.Join(rules, " "), len(r.Violations),
 		r.WorstLossNotice.Round(time.Millisecond), r.WorstRecovery.Round(time.Millisecond))
+	if r.Election != nil {
+		s = r.Workload + " " + s + " " + r.Election.String()
+	}
+	return s
 }
 
 // Broke reports whether a violation of rule was found.
@@ -99,7 +110,11 @@ func RunRandom(t testing.TB, sh *Shared, tg *Target, cfg RandomConfig) RandomRow
 	ctx := context.Background()
 	sched := Generate(cfg.Seed, tg, cfg.Mode, cfg.Gen)
 	t.Logf("%s: %s", tg.Backend, sched)
-	key := fmt.Sprintf("faults/random/%s/%s/%d/%d", tg.Backend, cfg.Mode, cfg.Seed, keySeq.Add(1))
+	kind := "random"
+	if cfg.Workload != "" {
+		kind += "-" + cfg.Workload
+	}
+	key := fmt.Sprintf("faults/%s/%s/%s/%d/%d", kind, tg.Backend, cfg.Mode, cfg.Seed, keySeq.Add(1))
 	if _, err := sh.Pool.Exec(ctx, `INSERT INTO faults_counter (key, n) VALUES ($1, 0)`, key); err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +132,13 @@ func RunRandom(t testing.TB, sh *Shared, tg *Target, cfg RandomConfig) RandomRow
 	}
 	if cfg.Wait > 0 {
 		env.WorkerArgs = append(env.WorkerArgs, "-wait", cfg.Wait.String())
+	}
+	if cfg.Workload == WorkloadElection {
+		if cfg.Term == 0 {
+			cfg.Term = 1500 * time.Millisecond
+		}
+		env.WorkerArgs = append(env.WorkerArgs, "-workload", cfg.Workload, "-term", cfg.Term.String())
+		env.Observer = true
 	}
 	if tg.proxyable {
 		env.links = newLinks()
@@ -163,8 +185,11 @@ func RunRandom(t testing.TB, sh *Shared, tg *Target, cfg RandomConfig) RandomRow
 	}
 	evs := make([][]Event, len(env.Workers))
 	readWorkerLogs(t, env, evs)
-	row := RandomRow{Backend: tg.Backend, Mode: cfg.Mode, Seed: cfg.Seed, Check: check(evs, final, lastT),
+	row := RandomRow{Backend: tg.Backend, Workload: cfg.Workload, Mode: cfg.Mode, Seed: cfg.Seed, Check: check(evs, final, lastT),
 		Faults: map[Kind]int{}, Applied: applied, Schedule: sched}
+	if cfg.Workload == WorkloadElection {
+		row.Election = electionStats(evs)
+	}
 	for _, a := range applied {
 		if a.Skipped == "" {
 			row.Faults[a.Kind]++
@@ -173,6 +198,19 @@ func RunRandom(t testing.TB, sh *Shared, tg *Target, cfg RandomConfig) RandomRow
 		}
 	}
 	row.verdict = judgeRandom(evs, row.Check, tg, cfg.Mode, applied, stopT)
+	if len(row.Violations) > 0 { // the faults as they ran and the workers' warnings, to read the violations by
+		for _, a := range applied {
+			if a.Skipped == "" {
+				t.Logf("applied %v: %.3fs–%.3fs, worker %d", a.Step, float64(a.Start)/1e9, float64(a.End)/1e9, a.Worker)
+			}
+		}
+		for _, w := range env.Workers {
+			if b, _ := os.ReadFile(w.stderr); len(b) > 0 {
+				lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+				t.Logf("w%d stderr (last %d lines):\n%s", w.ID, min(len(lines), 20), strings.Join(lines[max(0, len(lines)-20):], "\n"))
+			}
+		}
+	}
 	return row
 }
 

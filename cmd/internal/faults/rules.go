@@ -131,7 +131,8 @@ type verdict struct {
 	WorstRecovery time.Duration
 }
 
-// judgeRandom applies rules (a)–(e) to a run's history.
+// judgeRandom applies rules (a)–(e), and RuleObserve where an observer
+// ran, to a run's history.
 func judgeRandom(evs [][]Event, c Check, tg *Target, m Mode, applied []Applied, stopT int64) verdict {
 	v := verdict{Counted: map[string]int{}}
 	claimed := func(rule string) bool {
@@ -256,7 +257,10 @@ func judgeRandom(evs [][]Event, c Check, tg *Target, m Mode, applied []Applied, 
 	stranded(evs, ls, tg, applied, degraded, stopT, add)
 	if tg.repairs {
 		for _, l := range ls {
-			if l.lost > 0 && !touches(degraded, l.worker, l.granted, l.lost) {
+			// A lease reported lost because its release failed (Done closes
+			// with ErrLeaseLost when the give-back may have reached a server)
+			// was being given up, not kept: only a loss before the release.
+			if l.lost > 0 && (l.released == 0 || l.lost < l.released) && !touches(degraded, l.worker, l.granted, l.lost) {
 				add(RuleLeaseKept, "%v was lost though its holder was neither paused nor cut off, and the servers' faults stayed within the tolerance", l)
 			}
 		}
@@ -292,6 +296,7 @@ func judgeRandom(evs [][]Event, c Check, tg *Target, m Mode, applied []Applied, 
 			break // the first superseding grant is the one that counts
 		}
 	}
+	observed(evs, add)
 	return v
 }
 

@@ -150,3 +150,26 @@ func TestGenerateScript(t *testing.T) {
 	}
 	t.Log(sc)
 }
+
+// TestLeaseKeptIgnoresFailedRelease: on Redlock, a lease lost while its
+// healthy holder held it breaks d-lease-kept; one reported lost because
+// its release failed (after the release began) does not.
+func TestLeaseKeptIgnoresFailedRelease(t *testing.T) {
+	ms := int64(time.Millisecond)
+	tg := &Target{Backend: "redlock", TTL: time.Second, Renew: time.Second / 3, Redlock: true, repairs: true,
+		Linger: 500 * time.Millisecond, Guarantees: distlock.Guarantees{Backend: "redlock", FailuresTolerated: 1}}
+	stopT := 3000 * ms
+	// The worker logs the loss as Done closes, the release once it returns.
+	run := func(lost, release int64) int {
+		evs := [][]Event{{{Worker: 0, Ev: "start", T: 10 * ms}, {Worker: 0, Ev: "acquire", Token: 1, T0: 100 * ms, T: 100 * ms},
+			{Worker: 0, Ev: "lost", Token: 1, T: lost * ms, Exp: 1000 * ms},
+			{Worker: 0, Ev: "release", Token: 1, T0: release * ms, T: (max(lost, release) + 1) * ms}}}
+		return judgeRandom(evs, check(evs, 0, stopT), tg, Within, nil, stopT).Counted[RuleLeaseKept]
+	}
+	if n := run(600, 650); n != 1 {
+		t.Errorf("lost while held: d-lease-kept %d, want 1", n)
+	}
+	if n := run(180, 120); n != 0 {
+		t.Errorf("lost by a failed release: d-lease-kept %d, want 0", n)
+	}
+}

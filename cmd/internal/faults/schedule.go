@@ -59,16 +59,15 @@ type Step struct {
 // String is one line of a printed schedule.
 func (s Step) String() string {
 	tgt := "holder"
-	if s.Target >= 0 {
-		tgt = fmt.Sprintf("server %d", s.Target)
-		if s.Kind == KDropReplies {
-			tgt = fmt.Sprintf("worker %d (replies)", s.Target)
-		}
-	} else if s.Kind == KDropAll {
+	switch {
+	case s.Kind == KDelayLink:
+		tgt = fmt.Sprintf("worker %d→server %d, %v each way", s.Target, s.Server, s.Param)
+	case s.Kind == KDropReplies:
+		tgt = fmt.Sprintf("worker %d (replies)", s.Target)
+	case s.Kind == KDropAll:
 		tgt = "every worker (replies)"
-		if s.Kind == KDelayLink {
-			tgt = fmt.Sprintf("worker %d→server %d, %v each way", s.Target, s.Server, s.Param)
-		}
+	case s.Target >= 0:
+		tgt = fmt.Sprintf("server %d", s.Target)
 	}
 	return fmt.Sprintf("%6.2fs %-16s %-28s for %v", s.At.Seconds(), s.Kind, tgt, s.Dur.Round(time.Millisecond))
 }

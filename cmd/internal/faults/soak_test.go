@@ -13,9 +13,10 @@ import (
 	"github.com/distlock/distlock/cmd/internal/faults/matrixfile"
 )
 
-// soakRow accumulates one backend × mode over a soak's rounds.
+// soakRow accumulates one backend × workload × mode over a soak's rounds.
 type soakRow struct {
 	backend, family string
+	workload        string
 	mode            Mode
 	seeds           []uint64
 	c               Check
@@ -25,6 +26,7 @@ type soakRow struct {
 	worstNotice     time.Duration
 	worstRecovery   time.Duration
 	examples        []string
+	election        ElectionStats
 	failed          bool
 	tg              *Target
 }
@@ -57,6 +59,14 @@ func (s *soakRow) add(r RandomRow) {
 			s.examples = append(s.examples, fmt.Sprintf("seed %d: %v", r.Seed, v))
 		}
 	}
+	if e := r.Election; e != nil {
+		s.election.Terms += e.Terms
+		s.election.Resigned += e.Resigned
+		s.election.Lost += e.Lost
+		s.election.Abandoned += e.Abandoned
+		s.election.Observed += e.Observed
+		s.election.Unmatched += e.Unmatched
+	}
 	s.worstNotice = max(s.worstNotice, r.WorstLossNotice)
 	s.worstRecovery = max(s.worstRecovery, r.WorstRecovery)
 }
@@ -64,9 +74,13 @@ func (s *soakRow) add(r RandomRow) {
 // TestSoak runs the randomized schedule on every backend for SOAK_DURATION
 // (make soak: 30m by default; not in CI), in rounds of about a minute,
 // alternating within and beyond the declared tolerance, each round with its
-// own seed (SOAK_SEED + round, printed). It writes the rows to SOAK_JSON
-// (default reports/soak.json, matrixfile format, matrix "soak") and logs
-// the table.
+// own seed (SOAK_SEED + round, printed); every other pair of rounds runs
+// the election workload instead of the lock workload (SOAK_WORKLOAD=lock or
+// election runs only that one; SOAK_BACKEND=name one deployment only: with
+// SOAK_SEED and SOAK_DURATION=1m, a within round's replay). It writes the
+// rows to SOAK_JSON (default
+// reports/soak.json, matrixfile format, matrix "soak"; the election rows
+// have workload "election") and logs the table.
 func TestSoak(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the harness needs Linux")
@@ -83,6 +97,16 @@ func TestSoak(t *testing.T) {
 	if r, err := time.ParseDuration(os.Getenv("SOAK_ROUND")); err == nil && r > 0 {
 		round = r
 	}
+	workloads := []string{"", WorkloadElection}
+	switch w := os.Getenv("SOAK_WORKLOAD"); w {
+	case "":
+	case "lock":
+		workloads = []string{""}
+	case WorkloadElection:
+		workloads = []string{WorkloadElection}
+	default:
+		t.Fatalf("SOAK_WORKLOAD=%q: want lock or election", w)
+	}
 	t.Logf("soak: %v per backend, rounds of %v, seeds from %d", total, round, base)
 	began := time.Now()
 	sh := Setup(t)
@@ -92,7 +116,7 @@ func TestSoak(t *testing.T) {
 	)
 	t.Run("backends", func(t *testing.T) {
 		for _, spec := range randomBackends() {
-			if !Available(spec) {
+			if !Available(spec) || (os.Getenv("SOAK_BACKEND") != "" && spec.Name != os.Getenv("SOAK_BACKEND")) {
 				continue
 			}
 			t.Run(spec.Name, func(t *testing.T) {
@@ -104,23 +128,29 @@ func TestSoak(t *testing.T) {
 					if i%2 == 1 {
 						mode = Beyond
 					}
+					workload := workloads[(i/2)%len(workloads)]
 					seed := base + uint64(i)
 					span := min(round-6*time.Second, time.Until(end))
 					if span < 5*time.Second {
 						break
 					}
+					name := fmt.Sprintf("%s-%d", mode, seed)
+					if workload != "" {
+						name = workload + "-" + name
+					}
 					var row RandomRow
-					ok := t.Run(fmt.Sprintf("%s-%d", mode, seed), func(t *testing.T) {
+					ok := t.Run(name, func(t *testing.T) {
 						row = RunRandom(t, sh, tg, RandomConfig{Mode: mode, Seed: seed, Think: 6 * time.Millisecond,
+							Workload: workload, Term: 2 * time.Second,
 							Gen:    GenOptions{Warmup: time.Second, Span: span, MeanGap: time.Second},
 							Settle: 5 * time.Second})
 						t.Log(row)
 						judgeRow(t, row)
 					})
 					mu.Lock()
-					k := spec.Name + "/" + string(mode)
+					k := spec.Name + "/" + workload + "/" + string(mode)
 					if rows[k] == nil {
-						rows[k] = &soakRow{backend: spec.Name, family: tg.Guarantees.Backend, mode: mode, tg: tg,
+						rows[k] = &soakRow{backend: spec.Name, family: tg.Guarantees.Backend, workload: workload, mode: mode, tg: tg,
 							faults: map[string]int{}, violations: map[string]int{}, counted: map[string]int{}}
 					}
 					rows[k].add(row)
@@ -137,8 +167,8 @@ func TestSoak(t *testing.T) {
 	slices.Sort(keys)
 	var b strings.Builder
 	fmt.Fprintf(&b, "soak %v per backend, seeds from %d, %d cores\n\n", total, base, runtime.NumCPU())
-	fmt.Fprintln(&b, "| backend | mode | rounds | guarded ops | accepted | rejected | faults by kind | violations (claimed) | all rule breaks | worst loss-notice delay | worst recovery |")
-	fmt.Fprintln(&b, "|---|---|---:|---:|---:|---:|---|---|---|---:|---:|")
+	fmt.Fprintln(&b, "| backend | workload | mode | rounds | guarded ops | accepted | rejected | faults by kind | violations (claimed) | all rule breaks | worst loss-notice delay | worst recovery |")
+	fmt.Fprintln(&b, "|---|---|---|---:|---:|---:|---:|---|---|---|---:|---:|")
 	ops := 0
 	kv := func(m map[string]int) string {
 		var s []string
@@ -158,15 +188,21 @@ func TestSoak(t *testing.T) {
 	for _, k := range keys {
 		r := rows[k]
 		ops += r.c.Writes
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %s | %s | %s | %v | %v |\n", r.backend, r.mode, len(r.seeds), r.c.Writes,
+		workload, note := r.workload, r.examples
+		if workload == "" {
+			workload = "lock"
+		} else {
+			note = append([]string{r.election.String()}, note...)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | %d | %s | %s | %s | %v | %v |\n", r.backend, workload, r.mode, len(r.seeds), r.c.Writes,
 			r.c.Accepted, r.c.Rejected, kv(r.faults), kv(r.violations), kv(r.counted),
 			r.worstNotice.Round(time.Millisecond), r.worstRecovery.Round(time.Millisecond))
-		f.Rows = append(f.Rows, matrixfile.Row{Backend: r.backend, Family: r.family, Fault: "random", Mode: string(r.mode),
+		f.Rows = append(f.Rows, matrixfile.Row{Backend: r.backend, Family: r.family, Fault: "random", Mode: string(r.mode), Workload: r.workload,
 			Ops: r.c.Writes, Accepted: r.c.Accepted, Rejected: r.c.Rejected, Uncertain: r.c.Uncertain, LegitRejected: r.c.LegitRejected,
 			Acquires: r.c.Acquires, AcquireErrors: r.c.AcquireErrs, LostUpdates: r.c.LostUpdates, StaleAccepted: r.c.StaleAccepts,
 			Linearizable: r.c.Linearizable, BoundMs: float64(r.tg.TTL+r.tg.Renew) / float64(time.Millisecond),
 			FailuresTolerated: r.tg.Guarantees.FailuresTolerated, RestartLosesLocks: r.tg.Guarantees.RestartLosesLocks,
-			ClockDependent: r.tg.Guarantees.ClockDependent, Note: strings.Join(r.examples, "; "), Failed: r.failed,
+			ClockDependent: r.tg.Guarantees.ClockDependent, Note: strings.Join(note, "; "), Failed: r.failed,
 			Seeds: r.seeds, FaultsByKind: r.faults, Violations: r.violations, Counted: r.counted,
 			WorstLossNoticeMs: matrixfile.Ms(r.worstNotice), WorstRecoveryMs: matrixfile.Ms(r.worstRecovery),
 			LongestWaitMs: matrixfile.Ms(r.worstRecovery)})

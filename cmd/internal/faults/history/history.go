@@ -5,6 +5,7 @@
 package history
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/distlock/distlock"
@@ -16,7 +17,7 @@ type Event struct {
 	T0     int64  `json:"t0,omitempty"`     // CLOCK_MONOTONIC ns when the operation started
 	TW     int64  `json:"tw,omitempty"`     // write: CLOCK_MONOTONIC ns just before the UPDATE was sent
 	Worker int    `json:"w"`                // worker id
-	Ev     string `json:"ev"`               // acquire, release, write, lost, cont, error, stopped (an Acquire cut short by SIGTERM), start, exit
+	Ev     string `json:"ev"`               // acquire, release, write, lost, cont, error, stopped (an Acquire cut short by SIGTERM), start, exit; election: abandon; observer: observe, observe-error
 	Token  int64  `json:"tok,omitempty"`    // fencing token of the lease involved
 	Holder string `json:"holder,omitempty"` // acquire, write: the lease's Fence().Holder
 	Read   int64  `json:"read,omitempty"`   // counter value read (write)
@@ -31,7 +32,14 @@ type Event struct {
 	// Exp (lost, release): the lease's deadline (Lease.Expires) at that
 	// moment, on CLOCK_MONOTONIC: the end of its local validity.
 	Exp int64 `json:"exp,omitempty"`
+	// Leader (election workload): acquire, the value the candidate
+	// campaigned with; observe, the value the observer was told of.
+	Leader string `json:"leader,omitempty"`
 }
+
+// CandidateValue is the value worker id campaigns with in the election
+// workload, which observers report back.
+func CandidateValue(id int) string { return "candidate-" + strconv.Itoa(id) }
 
 // LeaseValid reports whether l still stands by its own account: it has not
 // ended (Done, Err) and its deadline has not passed. A holder whose lease

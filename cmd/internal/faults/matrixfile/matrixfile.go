@@ -106,6 +106,10 @@ type Row struct {
 
 	// Randomized runs (Matrix "soak"; Fault is "random", Mode "within" or
 	// "beyond" the declared tolerance). Absent from matrix files.
+	// Workload is "" for the lock workload (acquire, write, release) and
+	// "election" for candidates of package election that write while they
+	// lead, with an observer (rule f-observe).
+	Workload string `json:"workload,omitempty"`
 	// Seeds are the schedules' seeds, each reproducible with -random.seed.
 	Seeds []uint64 `json:"seeds,omitempty"`
 	// FaultsByKind counts the faults injected, by kind.

@@ -18,6 +18,15 @@
 // "free" otherwise, so the harness can find the holder.
 // SIGTERM makes the worker finish its current operation, its naps cut
 // short, and exit.
+//
+// With -workload election the worker is a candidate instead (election.go):
+// it campaigns for the role -key with a value naming itself, writes through
+// its term's Fence while it leads, stops writing the moment the term's Done
+// closes, resigns after a random time up to -term, and campaigns again. Its
+// terms are logged as leases are (acquire, lost, release), so the harness
+// judges them by the same rules. With -workload observe it follows the
+// role's leaders with election.Observe and logs each one it is told of
+// (also election.go).
 package main
 
 import (
@@ -26,6 +35,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -95,27 +105,68 @@ func main() {
 		seed     = flag.Uint64("seed", 1, "random seed")
 		wait     = flag.Duration("wait", 10*time.Second, "bound of each Acquire")
 		idle     = flag.Duration("idle", 0, "upper bound of a random sleep after each release (0: none), so the key is free at times")
+		workload = flag.String("workload", "lock", "lock (acquire, write, release), election (campaign, write while leading, resign) or observe (follow the leaders)")
+		term     = flag.Duration("term", time.Second, "election: upper bound of a term's length before the leader resigns")
 	)
 	flag.Parse()
-	if err := run(*url, *key, *dsn, *mode, *logPath, *status, *id, *ops, *duration, *ttl, *think, *wait, *idle, *seed); err != nil {
+	w := &worker{url: *url, key: *key, dsn: *dsn, mode: *mode, logPath: *logPath, status: *status, workload: *workload,
+		id: *id, ops: *ops, duration: *duration, ttl: *ttl, think: *think, wait: *wait, idle: *idle, term: *term, seed: *seed}
+	if err := w.main(); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
 }
 
-func run(url, key, dsn, mode, logPath, status string, id, ops int, duration, ttl, think, wait, idle time.Duration, seed uint64) error {
-	if url == "" || key == "" || dsn == "" || logPath == "" || status == "" {
+// worker is one worker process: its flags, then what main sets up for the
+// workload's loop.
+type worker struct {
+	url, key, dsn, mode, logPath, status, workload string
+	id, ops                                        int
+	duration, ttl, think, wait, idle, term         time.Duration
+	seed                                           uint64
+
+	rec    *recorder
+	locker distlock.Locker
+	pool   *pgxpool.Pool
+	rng    *rand.Rand
+}
+
+func (w *worker) setStatus(s string) { _ = os.WriteFile(w.status, []byte(s), 0o644) }
+
+// nap is one random sleep of the think time: between think/4 and think.
+func (w *worker) nap() time.Duration {
+	return w.think/4 + time.Duration(w.rng.Int64N(int64(w.think-w.think/4)+1))
+}
+
+// rest sleeps d, less once ctx ends: SIGTERM cuts the naps of the
+// operation under way short, not the operation (a long -think would
+// otherwise keep the harness waiting for seconds at the end of a run).
+func rest(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func (w *worker) main() error {
+	if w.url == "" || w.key == "" || w.logPath == "" || w.status == "" || (w.dsn == "" && w.workload != "observe") {
 		return errors.New("-url, -key, -dsn, -log and -status are required")
 	}
-	if mode != "guarded" && mode != "unguarded" {
-		return fmt.Errorf("-mode %q: want guarded or unguarded", mode)
+	if w.mode != "guarded" && w.mode != "unguarded" {
+		return fmt.Errorf("-mode %q: want guarded or unguarded", w.mode)
 	}
-	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if w.workload != "lock" && w.workload != "election" && w.workload != "observe" {
+		return fmt.Errorf("-workload %q: want lock, election or observe", w.workload)
+	}
+	f, err := os.OpenFile(w.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	rec := &recorder{f: f, id: id}
+	rec := &recorder{f: f, id: w.id}
+	w.rec = rec
 	rec.log(Event{Ev: "start", PID: os.Getpid()})
 	defer rec.log(Event{Ev: "exit"})
 
@@ -129,44 +180,53 @@ func run(url, key, dsn, mode, logPath, status string, id, ops int, duration, ttl
 	}()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, duration)
+	ctx, cancel := context.WithTimeout(ctx, w.duration)
 	defer cancel()
 
-	setStatus := func(s string) { _ = os.WriteFile(status, []byte(s), 0o644) }
-	setStatus("free")
-
-	locker, err := distlock.Open(ctx, url, distlock.WithTTL(ttl), distlock.WithAutoRenew(true))
+	w.setStatus("free")
+	// The library's warnings (a refresh failed, a lease lost) go to stderr,
+	// stamped with CLOCK_MONOTONIC like the log, for a post-mortem.
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey && len(groups) == 0 {
+				return slog.Int64("mono", mono())
+			}
+			return a
+		}}))
+	locker, err := distlock.Open(ctx, w.url, distlock.WithTTL(w.ttl), distlock.WithAutoRenew(true), distlock.WithLogger(logger))
 	if err != nil {
 		return err
 	}
 	defer locker.Close()
-	pool, err := pgxpool.New(ctx, dsn)
+	w.locker = locker
+	w.rng = rand.New(rand.NewPCG(w.seed, uint64(w.id)))
+	if w.workload == "observe" {
+		return w.observe(ctx)
+	}
+	pool, err := pgxpool.New(ctx, w.dsn)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-
-	rng := rand.New(rand.NewPCG(seed, uint64(id)))
-	nap := func() time.Duration { return think/4 + time.Duration(rng.Int64N(int64(think-think/4)+1)) }
-	// rest sleeps d, less once told to stop: SIGTERM cuts the naps of the
-	// operation under way short, not the operation (a long -think would
-	// otherwise keep the harness waiting for seconds at the end of a run).
-	rest := func(d time.Duration) {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-	}
+	w.pool = pool
 	var watchers sync.WaitGroup
 	defer watchers.Wait()
+	if w.workload == "election" {
+		return w.election(ctx, &watchers)
+	}
+	return w.lock(ctx, &watchers)
+}
 
-	for n := 0; ops == 0 || n < ops; n++ {
+// lock is the lock workload: acquire, read, write counter+1, release.
+func (w *worker) lock(ctx context.Context, watchers *sync.WaitGroup) error {
+	rec, locker, pool, key, mode := w.rec, w.locker, w.pool, w.key, w.mode
+	setStatus, nap := w.setStatus, w.nap
+	restc := func(d time.Duration) error { rest(ctx, d); return nil }
+	for n := 0; w.ops == 0 || n < w.ops; n++ {
 		if ctx.Err() != nil {
 			return nil
 		}
-		actx, acancel := context.WithTimeout(ctx, wait)
+		actx, acancel := context.WithTimeout(ctx, w.wait)
 		t0 := mono()
 		lease, err := locker.Acquire(actx, key)
 		acancel()
@@ -183,64 +243,82 @@ func run(url, key, dsn, mode, logPath, status string, id, ops int, duration, ttl
 		tok, fence := int64(lease.Token()), lease.Fence()
 		rec.log(Event{Ev: "acquire", T0: t0, Token: tok, Holder: fence.Holder})
 		setStatus("held " + strconv.FormatInt(tok, 10))
-		watchers.Add(1)
-		go func() {
-			defer watchers.Done()
-			<-lease.Done()
-			if err := lease.Err(); errors.Is(err, distlock.ErrLeaseLost) {
-				rec.log(Event{Ev: "lost", Token: tok, Result: err.Error(), Exp: monoAt(lease.Expires())})
-			}
-		}()
+		watchLoss(watchers, rec, lease)
 
 		// Operations run on a context that SIGTERM does not cut, so a
 		// started write always finishes and is logged with its outcome.
 		octx, ocancel := context.WithTimeout(context.Background(), 20*time.Second)
-		rest(nap())
+		_ = restc(nap())
 		setStatus("db " + strconv.FormatInt(tok, 10))
-		w := Event{Ev: "write", T0: mono(), Token: tok, Holder: fence.Holder}
+		wr := Event{Ev: "write", T0: mono(), Token: tok, Holder: fence.Holder}
 		if mode == "guarded" {
 			err = fencing.WithGuard(octx, pool, key, fence, func(tx pgx.Tx) error {
-				return increment(octx, tx, key, nap(), rest, &w)
+				return increment(octx, tx, key, nap(), restc, &wr)
 			})
 		} else {
-			err = increment(octx, pool, key, nap(), rest, &w)
+			err = increment(octx, pool, key, nap(), restc, &wr)
 		}
-		// Judged as the result comes back: a refusal while the lease still
-		// stands is a liveness failure, one after it ended is not.
-		w.Valid = history.LeaseValid(lease)
-		switch {
-		case err == nil:
-			w.Result = "ok"
-		case errors.Is(err, fencing.ErrStaleToken):
-			w.Result = "stale"
-		default:
-			w.Result, w.Err = "error", err.Error()
-		}
-		rec.log(w)
+		judgeWrite(&wr, err, lease)
+		rec.log(wr)
 
-		t1 := mono()
-		exp := monoAt(lease.Expires())
 		setStatus("free")
-		// A failed Release leaves the lease held (and renewed): retry, or a
-		// lost reply (a server killed mid-call) strands the lock for good.
-		for try := 0; ; try++ {
-			err = lease.Release(octx)
-			if err == nil || errors.Is(err, distlock.ErrNotHeld) || try == 50 || octx.Err() != nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		release(octx, rec, lease, lease.Release)
 		ocancel()
-		rel := Event{Ev: "release", T0: t1, Token: tok, Exp: exp}
-		if err != nil {
-			rel.Err = err.Error()
-		}
-		rec.log(rel)
-		if idle > 0 {
-			rest(time.Duration(rng.Int64N(int64(idle) + 1)))
+		if w.idle > 0 {
+			rest(ctx, time.Duration(w.rng.Int64N(int64(w.idle)+1)))
 		}
 	}
 	return nil
+}
+
+// judgeWrite sets a write's result from its error, and whether lease still
+// stood as the result came back: a refusal while the lease still stands is
+// a liveness failure, one after it ended is not.
+func judgeWrite(wr *Event, err error, lease *distlock.Lease) {
+	wr.Valid = history.LeaseValid(lease)
+	switch {
+	case err == nil:
+		wr.Result = "ok"
+	case errors.Is(err, fencing.ErrStaleToken):
+		wr.Result = "stale"
+	default:
+		wr.Result, wr.Err = "error", err.Error()
+	}
+}
+
+// watchLoss logs lease's loss (its Done closed by ErrLeaseLost), with the
+// lease's deadline then, from a goroutine counted in watchers.
+func watchLoss(watchers *sync.WaitGroup, rec *recorder, lease *distlock.Lease) {
+	watchers.Add(1)
+	go func() {
+		defer watchers.Done()
+		<-lease.Done()
+		if err := lease.Err(); errors.Is(err, distlock.ErrLeaseLost) {
+			rec.log(Event{Ev: "lost", Token: int64(lease.Token()), Result: err.Error(), Exp: monoAt(lease.Expires())})
+		}
+	}()
+}
+
+// release gives lease back with give (Lease.Release, Term.Resign) and logs
+// it, with the lease's deadline as it stood when the release began. A
+// failed release leaves the lease held (and renewed): it is retried, or a
+// lost reply (a server killed mid-call) would strand the lock for good.
+func release(ctx context.Context, rec *recorder, lease *distlock.Lease, give func(context.Context) error) {
+	t1 := mono()
+	exp := monoAt(lease.Expires())
+	var err error
+	for try := 0; ; try++ {
+		err = give(ctx)
+		if err == nil || errors.Is(err, distlock.ErrNotHeld) || try == 50 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	rel := Event{Ev: "release", T0: t1, Token: int64(lease.Token()), Exp: exp}
+	if err != nil {
+		rel.Err = err.Error()
+	}
+	rec.log(rel)
 }
 
 // querier is what a pool and a transaction have in common here.
@@ -250,11 +328,14 @@ type querier interface {
 }
 
 // increment is the read-modify-write: read, wait (by rest), write read+1.
-func increment(ctx context.Context, db querier, key string, wait time.Duration, rest func(time.Duration), w *Event) error {
+// An error from rest abandons the write before its UPDATE is sent.
+func increment(ctx context.Context, db querier, key string, wait time.Duration, rest func(time.Duration) error, w *Event) error {
 	if err := db.QueryRow(ctx, `SELECT n FROM faults_counter WHERE key = $1`, key).Scan(&w.Read); err != nil {
 		return fmt.Errorf("read: %w", err)
 	}
-	rest(wait)
+	if err := rest(wait); err != nil {
+		return err
+	}
 	w.Value = w.Read + 1
 	w.TW = mono()
 	tag, err := db.Exec(ctx, `UPDATE faults_counter SET n = $2 WHERE key = $1`, key, w.Value)
