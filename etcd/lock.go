@@ -256,12 +256,11 @@ func (b *backend) unlockAttempt(ctx context.Context, g driver.Grant) error {
 		b.drop(me, l) // asked again by the portable layer
 		return fmt.Errorf("etcd: revoking the lease of %q: %w", me, err)
 	}
-	resp, err := b.cli.Delete(ctx, me)
-	switch {
-	case err != nil:
+	// No lease kept: the attempt failed before its put was sent (taking
+	// a lease), or the map was full. Delete the key if it is there; if it
+	// is not, there is nothing to ask again for.
+	if _, err := b.cli.Delete(ctx, me); err != nil {
 		return fmt.Errorf("etcd: deleting %q: %w", me, err)
-	case resp.Deleted == 0:
-		return fmt.Errorf("%w: etcd: %q does not exist", distlock.ErrNotHeld, me)
 	}
 	return nil
 }

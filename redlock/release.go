@@ -43,13 +43,20 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	}
 	nt := b.timeout(ttl)
 	n := len(b.nodes)
+	tomb := ttl
+	if g.Handle == nil {
+		// A give-back: its requests may still be on their way to the
+		// nodes, and this one call must cover them (see redis's
+		// giveBackMargin).
+		tomb += driver.DefaultReleaseTimeout
+	}
 	if h, ok := g.Handle.(*handle); ok {
 		h.settle(ctx, nt)
 	}
 	// The tombstone keeps a straggling acquire or refresh of this lease
 	// from setting the lock again after the release.
 	ch, _ := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
-		return redisnode.ReleaseOn(ctx, c, k, g.Owner, ttl, true)
+		return redisnode.ReleaseOn(ctx, c, k, g.Owner, tomb, true)
 	}, nil)
 	// Waits for every node (up to the node timeout), not just a quorum: a
 	// TryAcquire right after Release must not find this lease's lock still

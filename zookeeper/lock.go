@@ -304,8 +304,10 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	n, ok := g.Handle.(*node)
 	if !ok && g.Handle == nil && g.Owner != "" {
 		// An attempt whose outcome was unknown: acquire has already handed
-		// its znode, if any, to the janitor (found by owner).
-		return fmt.Errorf("%w: zookeeper: attempts are cleaned up by the backend", distlock.ErrNotHeld)
+		// its znode, if any, to the janitor (found by owner), so there is
+		// nothing to ask again (an error would keep the give-back asking
+		// for the release timeout, one of the Locker's 64 slots each).
+		return nil
 	}
 	if !ok {
 		return fmt.Errorf("zookeeper: grant of another backend (%T)", g.Handle)
