@@ -179,7 +179,15 @@
 // session 2T/3 after t0, just when the silence bound fires. Nothing is left
 // for timer lateness then: the notice is ahead only by the leader's
 // rounding of expiry times up to its next tick and by the time the
-// hand-over to the next waiter takes.
+// hand-over to the next waiter takes. The same condition covers a third
+// case, the worst: a leader that stalls (a pause, a long GC) for longer
+// than T but less than syncLimit·tickTime is not deposed, learns of no
+// session meanwhile, and on waking expires every follower session older
+// than T at once, while the followers went on answering their clients: a
+// holder sees no silence at all and learns of its loss only after the next
+// waiter was granted (found by the fault soak on an ensemble with
+// syncLimit·tickTime = 3 s and T = 1.5 s; reproduced by pausing the leader
+// for 2.2 s). Keep syncLimit·tickTime + tickTime/2 under 5T/12.
 //
 // With New the backend cannot see the caller's connection: neither the
 // granted timeouts nor the server's last answer, only the disconnect
