@@ -20,6 +20,12 @@ const TTL = time.Second
 // zkSession is ZooKeeper's session timeout, which is its real TTL.
 const zkSession = 1500 * time.Millisecond
 
+// zkMaxServerPause bounds a ZooKeeper server's pause within the tolerance:
+// a session last heard of a ping interval (zkSession/3) before a leader's
+// stall must not be older than zkSession when the leader wakes, less a
+// margin of two ticks (100 ms each in the test servers).
+const zkMaxServerPause = 2*zkSession/3 - 200*time.Millisecond
+
 // Backends lists the backend specs the harness knows. Those whose scheme is
 // not registered (package not linked) are left out by Available.
 func Backends() []BackendSpec {

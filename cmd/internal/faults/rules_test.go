@@ -173,3 +173,26 @@ func TestLeaseKeptIgnoresFailedRelease(t *testing.T) {
 		t.Errorf("lost by a failed release: d-lease-kept %d, want 0", n)
 	}
 }
+
+// TestGenerateZooKeeperPauseWithin: within the claim, a ZooKeeper server is
+// never paused long enough for a stalled leader to expire sessions on
+// waking (the soak's zookeeper3 overlap, seed 1795385826); beyond it, it is.
+func TestGenerateZooKeeperPauseWithin(t *testing.T) {
+	tg := &Target{Backend: "zookeeper", TTL: time.Second, Renew: time.Second / 3,
+		Servers: make([]*testserver.Server, 3), Guarantees: distlock.Guarantees{FailuresTolerated: 1, SessionTTL: true}}
+	o := GenOptions{Warmup: 500 * time.Millisecond, Span: 60 * time.Second, Kinds: []Kind{KPauseServer}}
+	longest := map[Mode]time.Duration{}
+	for seed := range uint64(20) {
+		for _, m := range []Mode{Within, Beyond} {
+			for _, st := range Generate(seed, tg, m, o).Steps {
+				longest[m] = max(longest[m], st.Dur)
+			}
+		}
+	}
+	if longest[Within] == 0 || longest[Within] > zkMaxServerPause {
+		t.Errorf("within: longest server pause %v, want (0, %v]", longest[Within], zkMaxServerPause)
+	}
+	if longest[Beyond] <= zkSession {
+		t.Errorf("beyond: longest server pause %v, want some past the session timeout %v", longest[Beyond], zkSession)
+	}
+}
