@@ -22,7 +22,9 @@
 // Observers see what the server has: for a moment after a Campaign whose
 // context ended mid-call, that can be the abandoned attempt (with its value
 // and token) until it is given back; it never held a Term, so it wrote
-// nothing through a fence.
+// nothing through a fence. On Redlock such an attempt can carry a token
+// above the next real term's, which Observe then reports after it: term
+// order holds for the terms that were granted.
 //
 // Election needs nothing from a backend beyond distlock.Locker, so a new
 // backend gets it by implementing driver.Inspector (and driver.Watcher where
