@@ -14,19 +14,6 @@ import (
 	"github.com/distlock/distlock/redis"
 )
 
-// mustHold checks that Inspect reports ls as the holder with value v.
-func mustHold(t *testing.T, l distlock.Locker, ls *distlock.Lease, v, why string) distlock.Holder {
-	t.Helper()
-	h, err := l.Inspect(t.Context(), ls.Key())
-	if err != nil {
-		t.Fatalf("%s: Inspect: %v", why, err)
-	}
-	if !h.Held || h.Token != ls.Token() || h.Value != v || h.TTL <= 0 || h.TTL > ls.TTL() || h.Waiters != -1 {
-		t.Fatalf("%s: Inspect = %+v; want held with token %d, value %q, 0 < TTL <= %v, Waiters -1", why, h, ls.Token(), v, ls.TTL())
-	}
-	return h
-}
-
 // The value lasts as long as the lock, through refreshes one by one and in
 // batches, and is read in one round trip (one script call, nothing else).
 func TestInspectValueThroughRefreshes(t *testing.T) {
@@ -54,13 +41,13 @@ func TestInspectValueThroughRefreshes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mustHold(t, l, ls, "host-a", "after refreshes past the first TTL")
+	testutil.MustHold(t, l, ls, "host-a", "after refreshes past the first TTL")
 
 	// One round trip each (the script is loaded already).
 	singles, pipes := calls.Singles.Load(), calls.Pipelines.Load()
 	const n = 10
 	for range n {
-		mustHold(t, l, ls, "host-a", "counted")
+		testutil.MustHold(t, l, ls, "host-a", "counted")
 	}
 	if singles, pipes = calls.Singles.Load()-singles, calls.Pipelines.Load()-pipes; singles != n || pipes != 0 {
 		t.Errorf("%d Inspect calls took %d commands and %d pipelines, want one command each", n, singles, pipes)
@@ -127,7 +114,7 @@ func TestInspectIgnoresEarlierHolderValue(t *testing.T) {
 	if v := admin.HGet(ctx, k.Holder, "value").Val(); v != "first" {
 		t.Fatalf("the first holder's record is %q; the test needs it still there", v)
 	}
-	mustHold(t, l, second, "", "the holder after one whose lock expired with a value")
+	testutil.MustHold(t, l, second, "", "the holder after one whose lock expired with a value")
 	if err := second.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -10,23 +10,10 @@ import (
 	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/internal/testutil"
 	"github.com/distlock/distlock/redis"
 	"github.com/distlock/distlock/redlock"
 )
-
-// mustHold checks that Inspect reports ls as the holder with value v, and
-// returns what it said.
-func mustHold(t *testing.T, l distlock.Locker, ls *distlock.Lease, v, why string) distlock.Holder {
-	t.Helper()
-	h, err := l.Inspect(t.Context(), ls.Key())
-	if err != nil {
-		t.Fatalf("%s: Inspect: %v", why, err)
-	}
-	if !h.Held || h.Token != ls.Token() || h.Value != v || h.TTL <= 0 || h.TTL > ls.TTL() || h.Waiters != -1 {
-		t.Fatalf("%s: Inspect = %+v; want held with token %d, value %q, 0 < TTL <= %v, Waiters -1", why, h, ls.Token(), v, ls.TTL())
-	}
-	return h
-}
 
 // mustBeFree checks that Inspect reports key free.
 func mustBeFree(t *testing.T, l distlock.Locker, key, why string) {
@@ -49,7 +36,7 @@ func TestInspectNodeDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := mustHold(t, l, ls, "v", "all nodes up")
+	h := testutil.MustHold(t, l, ls, "v", "all nodes up")
 	var pttls []time.Duration
 	for _, a := range admins {
 		pttls = append(pttls, a.PTTL(ctx, redisnode.KeysFor(redis.DefaultPrefix, "k").Lock).Val())
@@ -63,7 +50,7 @@ func TestInspectNodeDown(t *testing.T) {
 	if err := srvs[2].Kill(); err != nil {
 		t.Fatal(err)
 	}
-	mustHold(t, l, ls, "v", "one node of three down")
+	testutil.MustHold(t, l, ls, "v", "one node of three down")
 	if err := srvs[1].Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +102,7 @@ func TestInspectAfterRestartWithoutPersistence(t *testing.T) {
 	if c, _ := admins[0].Get(ctx, k.Counter).Int64(); distlock.Token(c) <= ls.Token() {
 		t.Fatalf("node 0's counter %d; the test wants it above the lease's token %d", c, ls.Token())
 	}
-	mustHold(t, l, ls, "v", "node 0 taken back")
+	testutil.MustHold(t, l, ls, "v", "node 0 taken back")
 	// Only node 0's record is left among a majority: node 1 is down and
 	// node 2 lost its record.
 	if err := srvs[1].Kill(); err != nil {
@@ -124,7 +111,7 @@ func TestInspectAfterRestartWithoutPersistence(t *testing.T) {
 	if err := admins[2].Del(ctx, k.Holder).Err(); err != nil {
 		t.Fatal(err)
 	}
-	mustHold(t, l, ls, "v", "the majority of node 0 (taken back) and node 2 (record lost)")
+	testutil.MustHold(t, l, ls, "v", "the majority of node 0 (taken back) and node 2 (record lost)")
 }
 
 // A minority holding the lock for another owner (an attempt that got one
@@ -147,7 +134,7 @@ func TestInspectMinorityOtherOwner(t *testing.T) {
 	if err != nil || !r.Acquired || r.Token <= ls.Token() {
 		t.Fatalf("intruder's acquire on node 2 = %+v, %v", r, err)
 	}
-	mustHold(t, l, ls, "mine", "a minority holds it for another owner")
+	testutil.MustHold(t, l, ls, "mine", "a minority holds it for another owner")
 }
 
 // A majority holding the lock for an owner whose phase 2 has not written
