@@ -104,6 +104,20 @@ func leasesOf(evs [][]Event) []leaseRec {
 	return out
 }
 
+// stallsOf gathers each worker's "stall" events: stretches in which its
+// process ran nothing (a loaded host, or a SIGSTOP).
+func stallsOf(evs [][]Event) map[int][]span {
+	out := map[int][]span{}
+	for _, wevs := range evs {
+		for _, e := range wevs {
+			if e.Ev == "stall" {
+				out[e.Worker] = append(out[e.Worker], span{e.T0, e.T})
+			}
+		}
+	}
+	return out
+}
+
 // window is a time a fault held: a worker paused or its links degraded, or
 // a server down.
 type window struct {
@@ -256,13 +270,23 @@ func judgeRandom(evs [][]Event, c Check, tg *Target, m Mode, applied []Applied, 
 	}
 	stranded(evs, ls, tg, applied, degraded, stopT, add)
 	if tg.repairs {
+		stalls := stallsOf(evs)
 		for _, l := range ls {
 			// A lease reported lost because its release failed (Done closes
 			// with ErrLeaseLost when the give-back may have reached a server)
 			// was being given up, not kept: only a loss before the release.
-			if l.lost > 0 && (l.released == 0 || l.lost < l.released) && !touches(degraded, l.worker, l.granted, l.lost) {
-				add(RuleLeaseKept, "%v was lost though its holder was neither paused nor cut off, and the servers' faults stayed within the tolerance", l)
+			if l.lost == 0 || (l.released > 0 && l.lost >= l.released) || touches(degraded, l.worker, l.granted, l.lost) {
+				continue
 			}
+			// The holder's own process frozen by the host (no SIGSTOP of
+			// ours) for a node timeout or more in the TTL before the loss
+			// is a pause the schedule did not inject: counted apart, not
+			// claimed.
+			if frozen := time.Duration(overlap(union(stalls[l.worker], 0), l.lost-int64(tg.TTL), l.lost)); frozen >= tg.TTL/10 {
+				v.Counted[RuleLeaseKept+"/host-stall"]++
+				continue
+			}
+			add(RuleLeaseKept, "%v was lost though its holder was neither paused nor cut off, and the servers' faults stayed within the tolerance", l)
 		}
 	}
 	// (e) loss notice: a lease superseded by another holder's grant must

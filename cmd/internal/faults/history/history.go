@@ -17,7 +17,7 @@ type Event struct {
 	T0     int64  `json:"t0,omitempty"`     // CLOCK_MONOTONIC ns when the operation started
 	TW     int64  `json:"tw,omitempty"`     // write: CLOCK_MONOTONIC ns just before the UPDATE was sent
 	Worker int    `json:"w"`                // worker id
-	Ev     string `json:"ev"`               // acquire, release, write, lost, cont, error, stopped (an Acquire cut short by SIGTERM), start, exit; election: abandon; observer: observe, observe-error
+	Ev     string `json:"ev"`               // acquire, release, write, lost, cont, error, stopped (an Acquire cut short by SIGTERM), start, exit, stall (T0 to T: the process ran nothing, see the worker); election: abandon; observer: observe, observe-error
 	Token  int64  `json:"tok,omitempty"`    // fencing token of the lease involved
 	Holder string `json:"holder,omitempty"` // acquire, write: the lease's Fence().Holder
 	Read   int64  `json:"read,omitempty"`   // counter value read (write)

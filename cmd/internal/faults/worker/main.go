@@ -182,6 +182,10 @@ func (w *worker) main() error {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, w.duration)
 	defer cancel()
+	stalls := make(chan struct{})
+	go func() { defer close(stalls); watchStalls(ctx, rec) }()
+	defer func() { <-stalls }()
+	defer cancel()
 
 	w.setStatus("free")
 	// The library's warnings (a refresh failed, a lease lost) go to stderr,
@@ -269,6 +273,31 @@ func (w *worker) lock(ctx context.Context, watchers *sync.WaitGroup) error {
 		}
 	}
 	return nil
+}
+
+// stallMin is the shortest stall watchStalls logs: five ticks missed.
+const stallMin = 50 * time.Millisecond
+
+// watchStalls logs a "stall" for every stretch of stallMin or more in which
+// this process ran none of its goroutines (the host overloaded, or a
+// SIGSTOP), until ctx ends: a lease lost across such a stretch was lost to
+// the host, which the rules tell apart from a backend's fault.
+func watchStalls(ctx context.Context, rec *recorder) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	last := mono()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := mono()
+		if time.Duration(now-last) >= stallMin {
+			rec.log(Event{Ev: "stall", T0: last, T: now})
+		}
+		last = now
+	}
 }
 
 // judgeWrite sets a write's result from its error, and whether lease still
