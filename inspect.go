@@ -25,8 +25,8 @@ func (l *locker) Inspect(ctx context.Context, key string) (Holder, error) {
 		return Holder{}, err
 	}
 	defer l.wg.Done()
-	bctx, done := l.bind(ctx)
-	defer done()
+	bctx, bound := l.bind(ctx)
+	defer bound.end()
 	return l.inspect(ctx, bctx, in, key)
 }
 
@@ -61,11 +61,11 @@ func (l *locker) Watch(ctx context.Context, key string, opts ...Option) (<-chan 
 	if err := l.enter(); err != nil {
 		return nil, err
 	}
-	bctx, done := l.bind(ctx)
+	bctx, bound := l.bind(ctx)
 	ch := make(chan Holder)
 	go func() {
 		defer l.wg.Done()
-		defer done()
+		defer bound.end()
 		defer close(ch)
 		w := watch{l: l, in: in, key: key, o: &o, out: ch}
 		w.run(ctx, bctx)

@@ -16,11 +16,12 @@ import (
 // channel closes when the lease ends, by Release or by loss, and Err then
 // says which. A Lease is safe for concurrent use.
 type Lease struct {
-	l        *locker
-	grant    driver.Grant
-	o        driver.Settings
-	acquired time.Time
-	holder   string // Fence().Holder: derived from the owner, not revealing it
+	l          *locker
+	grant      driver.Grant
+	o          driver.Settings
+	acquired   time.Time
+	holder     string    // Fence().Holder: derived from the owner, not revealing it; set by holderOnce
+	holderOnce sync.Once // the hash is worked out on the first Fence: most leases never need it
 
 	// call is a one-slot semaphore serialising the lease's round trips
 	// (refresh, release) so deadlines move in the order the server saw
@@ -66,7 +67,10 @@ func (ls *Lease) Value() string { return ls.o.Value }
 
 // Fence returns the lease's token with its holder id, for a guarded write
 // (see package fencing).
-func (ls *Lease) Fence() Fence { return Fence{Token: ls.grant.Token, Holder: ls.holder} }
+func (ls *Lease) Fence() Fence {
+	ls.holderOnce.Do(func() { ls.holder = holderID(ls.grant.Owner) })
+	return Fence{Token: ls.grant.Token, Holder: ls.holder}
+}
 
 // TTL returns the TTL of the latest successful acquire or refresh.
 func (ls *Lease) TTL() time.Duration {
@@ -131,8 +135,8 @@ func (ls *Lease) Refresh(ctx context.Context, opts ...Option) error {
 		return notHeld(ls.Key(), err)
 	}
 	defer ls.l.wg.Done()
-	ctx, done := ls.l.bind(ctx)
-	defer done()
+	ctx, bound := ls.l.bind(ctx)
+	defer bound.end()
 	return ls.refresh(ctx, o.TTL)
 }
 
@@ -246,6 +250,9 @@ func (ls *Lease) refreshFailed(ctx context.Context, err error) error {
 }
 
 func (ls *Lease) lockCall(ctx context.Context) error {
+	if ls.tryLockCall() {
+		return nil // free: no need to make ctx's Done channel
+	}
 	select {
 	case ls.call <- struct{}{}:
 		return nil
@@ -288,10 +295,8 @@ func (ls *Lease) Release(ctx context.Context) error {
 		return notHeld(ls.Key(), err)
 	}
 	defer ls.l.wg.Done()
-	ctx, done := ls.l.bind(ctx)
-	defer done()
-	ctx, cancel := context.WithTimeout(ctx, ls.o.ReleaseTimeout)
-	defer cancel()
+	ctx, bound := ls.l.bindTimeout(ctx, ls.o.ReleaseTimeout)
+	defer bound.end()
 	ls.released.Store(true)
 
 	if err := ls.lockCall(ctx); err != nil {
@@ -316,7 +321,7 @@ func (ls *Lease) Release(ctx context.Context) error {
 		return notHeld(ls.Key(), lost)
 	default:
 		err = fmt.Errorf("distlock: %s: release %q: %w", ls.l.name, ls.Key(), err)
-		if errors.Is(context.Cause(ctx), ErrClosed) {
+		if ctx.Err() != nil && ls.l.isClosed() {
 			return err // Close releases the lease itself, once this call is out of its way
 		}
 		// The lease ends (Err matches ErrLeaseLost), but the error says only

@@ -52,7 +52,8 @@ type locker struct {
 	mu     sync.Mutex
 	closed bool
 	leases map[*Lease]struct{}
-	wg     sync.WaitGroup // in-flight calls and lease keepers
+	calls  map[context.Context]binding // calls in flight on callers' contexts that can end
+	wg     sync.WaitGroup              // in-flight calls and lease keepers
 }
 
 func (l *locker) Guarantees() Guarantees { return l.b.Guarantees() }
@@ -111,16 +112,89 @@ func (l *locker) enter() error {
 	return nil
 }
 
-// bind derives a context that also ends when the Locker closes.
-func (l *locker) bind(ctx context.Context) (context.Context, func()) {
+// bind derives a context that also ends when the Locker closes, and a
+// binding whose end undoes it once the call returns.
+func (l *locker) bind(ctx context.Context) (context.Context, binding) {
+	if ctx == context.Background() || ctx == context.TODO() {
+		return l.life, binding{} // no values to carry: the Locker's life as it is
+	}
 	if ctx.Done() == nil {
 		// ctx never ends (Background, WithoutCancel…): the Locker's life
 		// alone bounds the call, with ctx's values.
-		return lifeWithValues{life: l.life, values: ctx}, func() {}
+		return lifeWithValues{life: l.life, values: ctx}, binding{}
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(l.life, func() { cancel(ErrClosed) })
-	return ctx, func() { stop(); cancel(nil) }
+	bctx, cancel := context.WithCancelCause(ctx)
+	return bctx, l.register(bctx, binding{cause: cancel})
+}
+
+// bindTimeout is bind with a timeout: one context, not two, for Release.
+// Close ends it with context.Canceled as its cause, not ErrClosed (ask
+// l.isClosed).
+func (l *locker) bindTimeout(ctx context.Context, d time.Duration) (context.Context, binding) {
+	if ctx == context.Background() || ctx == context.TODO() {
+		tctx, cancel := context.WithTimeout(l.life, d)
+		return tctx, binding{cancel: cancel}
+	}
+	if ctx.Done() == nil {
+		tctx, cancel := context.WithTimeout(lifeWithValues{life: l.life, values: ctx}, d)
+		return tctx, binding{cancel: cancel}
+	}
+	tctx, cancel := context.WithTimeout(ctx, d)
+	return tctx, l.register(tctx, binding{cancel: cancel})
+}
+
+// register adds a call's context to those Close ends; if Close has begun,
+// it ends it at once.
+func (l *locker) register(ctx context.Context, b binding) binding {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		b.stop(ErrClosed)
+		return b
+	}
+	if l.calls == nil {
+		l.calls = make(map[context.Context]binding)
+	}
+	l.calls[ctx] = b
+	l.mu.Unlock()
+	b.l, b.ctx = l, ctx
+	return b
+}
+
+// isClosed reports whether Close has begun.
+func (l *locker) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+// binding is what bind registered for a call: Close ends the call's
+// context through it (a map entry per call, where context.AfterFunc on the
+// Locker's life cost three allocations and that context's lock).
+type binding struct {
+	l      *locker                 // nil: nothing registered
+	ctx    context.Context         // the key in l.calls
+	cause  context.CancelCauseFunc // one of cause, cancel
+	cancel context.CancelFunc
+}
+
+func (b binding) stop(cause error) {
+	switch {
+	case b.cause != nil:
+		b.cause(cause)
+	case b.cancel != nil:
+		b.cancel()
+	}
+}
+
+// end unregisters the call and releases its context.
+func (b binding) end() {
+	if b.l != nil {
+		b.l.mu.Lock()
+		delete(b.l.calls, b.ctx)
+		b.l.mu.Unlock()
+	}
+	b.stop(nil)
 }
 
 // lifeWithValues ends with life (Done, Err, Cause) and carries the values of
@@ -166,8 +240,8 @@ func (l *locker) acquire(ctx context.Context, key string, opts []Option, wait, r
 		return nil, err
 	}
 	defer l.wg.Done()
-	bctx, done := l.bind(ctx)
-	defer done()
+	bctx, bound := l.bind(ctx)
+	defer bound.end()
 
 	// Every attempt has its own owner value (poll draws a new one per
 	// try), so nothing a failed attempt leaves behind, such as a late
@@ -253,7 +327,7 @@ func (l *locker) newLease(req driver.Request, g driver.Grant, start time.Time, o
 		validity = req.TTL
 	}
 	ls := &Lease{
-		l: l, grant: g, o: *o, ttl: req.TTL, acquired: start, holder: holderID(req.Owner),
+		l: l, grant: g, o: *o, ttl: req.TTL, acquired: start,
 		deadline: start.Add(validity - o.Drift(req.TTL)),
 		done:     make(chan struct{}),
 		call:     make(chan struct{}, 1),
@@ -318,9 +392,14 @@ func (l *locker) Close() error {
 	for ls := range l.leases {
 		leases = append(leases, ls)
 	}
+	calls := l.calls
+	l.calls = nil
 	l.mu.Unlock()
 
 	l.stop(ErrClosed) // wakes waiters, interrupts renewals
+	for _, b := range calls {
+		b.stop(ErrClosed) // and the calls bound to their callers' contexts
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.opts.ReleaseTimeout)
 	var wg sync.WaitGroup
 	for _, ls := range leases {

@@ -185,7 +185,13 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	if g.Handle == nil {
 		tomb = g.TTL + giveBackMargin
 	}
-	ok, err := redisnode.ReleaseOn(ctx, b.client, redisnode.KeysFor(b.prefix, g.Key), g.Owner, tomb, g.Handle == nil || withValue(g))
+	var k Keys
+	if h, ok := g.Handle.(*handle); ok {
+		k = h.keys
+	} else {
+		k = redisnode.KeysFor(b.prefix, g.Key)
+	}
+	ok, err := redisnode.ReleaseOn(ctx, b.client, k, g.Owner, tomb, g.Handle == nil || withValue(g))
 	switch {
 	case err != nil:
 		return err

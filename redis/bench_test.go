@@ -39,6 +39,22 @@ func BenchmarkUncontended(b *testing.B) {
 			}
 		}
 	})
+	// As most callers do: a context that can end (a request's, a
+	// shutdown's), which the Locker must watch along with its own Close.
+	b.Run("Locker.Acquire+Release/cancelable-ctx", func(b *testing.B) {
+		l := newLocker(b, srv.Addr())
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		for b.Loop() {
+			ls, err := l.Acquire(ctx, "uncontended", distlock.WithTTL(benchTTL))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := ls.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("Locker.TryAcquire+Release", func(b *testing.B) {
 		l := newLocker(b, srv.Addr())
 		for b.Loop() {

@@ -220,11 +220,11 @@ func pipelined(ctx context.Context, c goredis.UniversalClient, script *goredis.S
 // or Redlock retake by owner (a request still on its way): pass the TTL the
 // lock was taken with when such a request may exist, zero otherwise.
 func ReleaseOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, tombstone time.Duration, withRecord bool) (bool, error) {
-	tomb := "0"
+	tomb, gone := "0", k.Lock // without a tombstone the script leaves KEYS[2] alone: no name to build
 	if tombstone > 0 {
-		tomb = strconv.FormatInt(millis(tombstone), 10)
+		tomb, gone = strconv.FormatInt(millis(tombstone), 10), k.GoneFor(owner)
 	}
-	keys := []string{k.Lock, k.GoneFor(owner)}
+	keys := []string{k.Lock, gone}
 	if withRecord {
 		keys = append(keys, k.Holder)
 	}

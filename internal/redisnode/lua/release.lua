@@ -1,5 +1,6 @@
 -- Release a lock, only if it is still ours, and wake the waiters.
--- KEYS[1] lock key, KEYS[2] the owner's tombstone key, KEYS[3] (optional)
+-- KEYS[1] lock key, KEYS[2] the owner's tombstone key (unused, and any
+-- key of the lock's slot, without a tombstone), KEYS[3] (optional)
 -- holder record, passed when the lock may have one
 -- ARGV[1] owner value, ARGV[2] release-notice channel, ARGV[3] tombstone
 -- TTL in milliseconds, or '0' for none
