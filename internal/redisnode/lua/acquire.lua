@@ -1,16 +1,26 @@
 -- Take a lock and hand out its fencing token, in one round trip.
 -- KEYS[1] lock key, KEYS[2] token counter (same hash slot, never expires),
 -- KEYS[3] this owner's tombstone key (set by a release of it, see release.lua),
--- KEYS[4] (with ARGV[3] only) holder record (a hash: owner, token, value)
+-- KEYS[4] (with ARGV[4] only) holder record (a hash: owner, token, value)
 -- ARGV[1] owner value (unique to the attempt), ARGV[2] TTL in milliseconds,
--- ARGV[3] (optional) the holder's value: when given, the record is written
+-- ARGV[3] '1' to count the clock in whole milliseconds (Redlock: nodes then
+-- mostly agree on the token, see AcquireQuorumOn), '0' in microseconds,
+-- ARGV[4] (optional) the holder's value: when given, the record is written
 -- with the lock and expires with it; without it nothing else is touched
 -- The token is max(counter + 1, the server's TIME in µs): a node restarted
 -- without its counter, from an older snapshot, or a promoted replica whose
 -- counter lags still hands out a larger token than any before, as long as
 -- server clocks differ by less than the restart or failover takes.
 -- Returns {1, token as a decimal string} when taken, {0, pttl} when held (the holder's remaining ms).
-local cur = redis.call('GET', KEYS[1])
+-- Four commands when the lock is free (this runs on every acquire).
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  -- This attempt was given back already: a late copy of it must not take
+  -- the lock for nobody. (Its lock cannot be there: the release that left
+  -- the tombstone deleted it.)
+  return {0, 0}
+end
+-- Set if free, and the holder's value either way (Redis 7.0+).
+local cur = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
 if cur == ARGV[1] then
   -- A retry of this very attempt (the client resent it after losing the
   -- reply): the lock is already ours, and nobody can have been granted a
@@ -20,29 +30,37 @@ end
 if cur then
   return {0, redis.call('PTTL', KEYS[1])}
 end
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  -- This attempt was given back already: a late copy of it must not take
-  -- the lock for nobody.
-  return {0, 0}
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-local n = redis.pcall('INCR', KEYS[2])
-if type(n) == 'table' and n.err then
-  -- A corrupt counter must not leave a lock without a token behind.
-  redis.call('DEL', KEYS[1])
-  return n
-end
 -- Strings, not Lua numbers (doubles, exact only to 2^53): the counter as
--- GET returns it, and µs since the epoch, compared as canonical decimals.
-local token = redis.call('GET', KEYS[2])
+-- Redis stores it, and µs since the epoch, compared as canonical decimals.
 local t = redis.call('TIME')
-local now = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
-if #token < #now or (#token == #now and token < now) then
-  redis.call('SET', KEYS[2], now)
-  token = now
+local us = t[2]
+if ARGV[3] == '1' then
+  us = tostring(math.floor(tonumber(us) / 1000) * 1000)
 end
-if ARGV[3] then
-  redis.call('HSET', KEYS[4], 'owner', ARGV[1], 'token', token, 'value', ARGV[3])
+local now = t[1] .. string.rep('0', 6 - #us) .. us
+local token = redis.call('SET', KEYS[2], now, 'GET')
+if token and token ~= '0' and not string.match(token, '^[1-9]%d*$') then
+  -- A corrupt counter must not leave a lock without a token behind.
+  redis.call('SET', KEYS[2], token)
+  redis.call('DEL', KEYS[1])
+  return redis.error_reply('ERR token counter ' .. KEYS[2] .. ' is not a positive integer')
+end
+if not token or #token < #now or (#token == #now and token < now) then
+  token = now
+else
+  -- The counter was at or past the clock (a clock stepped back, or a
+  -- counter Redlock raised from a node whose clock runs ahead): one past it,
+  -- in Redis' exact integers.
+  redis.call('SET', KEYS[2], token)
+  local n = redis.pcall('INCR', KEYS[2])
+  if type(n) == 'table' and n.err then
+    redis.call('DEL', KEYS[1])
+    return n
+  end
+  token = redis.call('GET', KEYS[2])
+end
+if ARGV[4] then
+  redis.call('HSET', KEYS[4], 'owner', ARGV[1], 'token', token, 'value', ARGV[4])
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
 end
 return {1, token}
