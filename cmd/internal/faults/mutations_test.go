@@ -93,12 +93,13 @@ func mutationCases() []mutationCase {
 		{name: "redlock-no-repair", mutation: "redlock-no-repair", backend: "redlock", mode: Within, kinds: []Kind{KKillRestart}, seed: 7,
 			expect: []string{RuleLeaseKept}, span: 12 * time.Second, settle: 3 * time.Second, gap: 1200 * time.Millisecond, think: 14 * time.Second, wait: 30 * time.Second,
 			// The first holder (granted at the schedule's 0, holding at least
-			// think/2 = 7 s) sees node 0 restart empty at 0.5 s and node 1 at
-			// 4 s, as soon as the generator's tolerance allows a second
-			// server fault (0.5 + 0.3 down + TTL + restart cost 2 s).
+			// think/2 = 7 s) sees node 0 restart empty at 0.5 s, down 1.3 s
+			// (a delayed restart: past the TTL, as the claim needs), and node
+			// 1 at 5 s, as soon as the generator's tolerance allows a second
+			// server fault (0.5 + 1.3 down + TTL + restart cost 2 s).
 			script: []Step{
-				{At: 500 * time.Millisecond, Kind: KKillRestart, Target: 0, Dur: 300 * time.Millisecond},
-				{At: 4 * time.Second, Kind: KKillRestart, Target: 1, Dur: 300 * time.Millisecond},
+				{At: 500 * time.Millisecond, Kind: KKillRestart, Target: 0, Dur: 1300 * time.Millisecond},
+				{At: 5 * time.Second, Kind: KKillRestart, Target: 1, Dur: 1300 * time.Millisecond},
 			},
 			why: "rolling restarts of one Redlock node at a time (within the tolerance): without the retake a healthy holder's lease shrinks below a majority and is lost. " +
 				"The script restarts nodes 0 and 1 while the first holder sits on its lease (think 14 s: at least 7 s)"},

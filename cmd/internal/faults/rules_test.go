@@ -116,8 +116,8 @@ func TestGenerateScript(t *testing.T) {
 		Servers: make([]*testserver.Server, 3), Guarantees: distlock.Guarantees{FailuresTolerated: 1, RestartLosesLocks: true}}
 	o := GenOptions{Warmup: 500 * time.Millisecond, Span: 12 * time.Second, MeanGap: 1200 * time.Millisecond, Kinds: []Kind{KKillRestart},
 		Script: []Step{
-			{At: 500 * time.Millisecond, Kind: KKillRestart, Target: 0, Dur: 300 * time.Millisecond},
-			{At: 4 * time.Second, Kind: KKillRestart, Target: 1, Dur: 300 * time.Millisecond},
+			{At: 500 * time.Millisecond, Kind: KKillRestart, Target: 0, Dur: 1300 * time.Millisecond},
+			{At: 5 * time.Second, Kind: KKillRestart, Target: 1, Dur: 1300 * time.Millisecond},
 		}}
 	sc := Generate(7, tg, Within, o)
 	if sc.Scripted != 2 {
@@ -132,7 +132,7 @@ func TestGenerateScript(t *testing.T) {
 		if i > 0 && st.At < sc.Steps[i-1].At {
 			t.Errorf("steps out of order:\n%v", sc)
 		}
-		if st.At > 500*time.Millisecond && st.At < 3800*time.Millisecond && st != o.Script[0] {
+		if st.At > 500*time.Millisecond && st.At < 4800*time.Millisecond && st != o.Script[0] {
 			t.Errorf("%v drawn while the scripted restart of server 0 counts against the tolerance", st)
 		}
 	}
@@ -147,6 +147,24 @@ func TestGenerateScript(t *testing.T) {
 	}
 	if sc := Generate(7, tg, Beyond, o); sc.Scripted != 2 {
 		t.Errorf("beyond: admitted %d of 2 scripted steps, want 2", sc.Scripted)
+	}
+	// A node whose restart forgets its locks, back within the TTL, frees a
+	// lock its holder counts on (the soak's redlock seed 1795392219):
+	// beyond the claim; within, every drawn restart stays down past it.
+	short := Step{At: 500 * time.Millisecond, Kind: KKillRestart, Target: 0, Dur: 300 * time.Millisecond}
+	o.Script = []Step{short}
+	if sc := Generate(7, tg, Within, o); sc.Scripted != 0 {
+		t.Errorf("within: a restart after 300 ms admitted")
+	}
+	if sc := Generate(7, tg, Beyond, o); sc.Scripted != 1 {
+		t.Errorf("beyond: a restart after 300 ms refused")
+	}
+	for seed := range uint64(20) {
+		for _, st := range Generate(seed, tg, Within, o).Steps {
+			if st.Kind == KKillRestart && st != short && st.Dur <= tg.TTL {
+				t.Errorf("seed %d: within, %v", seed, st)
+			}
+		}
 	}
 	t.Log(sc)
 }
@@ -206,6 +224,38 @@ func TestLeaseKeptHostStall(t *testing.T) {
 		if got := v.Counted[RuleLeaseKept+"/host-stall"]; got != c.excused {
 			t.Errorf("%s: %d losses put down to the host, want %d", c.name, got, c.excused)
 		}
+	}
+}
+
+// TestRecoveryChainsHandOffs: after the last fault heals, holders handing
+// the key to each other (each grant within the last one's linger) leave no
+// gap; a real gap after them still counts.
+func TestRecoveryChainsHandOffs(t *testing.T) {
+	ms := int64(time.Millisecond)
+	tg := &Target{Backend: "redis", TTL: time.Second, Renew: time.Second / 3, Linger: 500 * time.Millisecond,
+		Guarantees: distlock.Guarantees{Backend: "redis"}}
+	heal := 1000 * ms
+	applied := []Applied{{Step: Step{Kind: KPauseHolder}, Start: 500 * ms, End: heal, Worker: 2}}
+	lease := func(w int, tok, from, to int64) []Event {
+		return []Event{{Worker: w, Ev: "acquire", Token: tok, T0: from * ms, T: from * ms},
+			{Worker: w, Ev: "release", Token: tok, T0: to * ms, T: to*ms + 1}}
+	}
+	run := func(last int64) int {
+		evs := [][]Event{
+			// The soak's case: the first grant after the heal, then a
+			// hand-off within its linger, then another.
+			append(lease(0, 1, 700, 950), lease(0, 3, 3301, 6000)...),
+			lease(1, 2, 1030, 3300),
+			lease(2, 4, last, last+100),
+		}
+		stopT := (last + 200) * ms
+		return judgeRandom(evs, check(evs, 0, stopT), tg, Within, applied, stopT).Counted[RuleRecovery]
+	}
+	if n := run(6001); n != 0 {
+		t.Errorf("back-to-back hand-offs: d-recovery %d, want 0", n)
+	}
+	if n := run(9000); n != 1 {
+		t.Errorf("a 2.5 s gap after them: d-recovery %d, want 1", n)
 	}
 }
 

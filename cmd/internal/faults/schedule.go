@@ -135,6 +135,14 @@ type GenOptions struct {
 
 // restartCost is the time a kill-restart keeps a server from serving,
 // estimated generously for the tolerance bookkeeping, beyond its down time.
+// delayedRestart is how long a server whose restart forgets its locks
+// (Redlock's nodes without fsync) stays down within the claim: past the TTL,
+// so that every lock it held would have expired by then anyway (the
+// "delayed restart" of the Redlock description). Back sooner, it frees a
+// lock its holder still counts on: the soak's redlock seed 1795392219 saw a
+// node back after 123 ms hand a second client the lock.
+func delayedRestart(tg *Target) time.Duration { return tg.TTL + tg.TTL/5 }
+
 func restartCost(tg *Target) time.Duration {
 	if tg.Cluster != nil {
 		return 8 * time.Second
@@ -223,6 +231,9 @@ func Generate(seed uint64, tg *Target, m Mode, o GenOptions) Schedule {
 		if st.Kind != KPauseServer && st.Kind != KKillRestart {
 			return true
 		}
+		if st.Kind == KKillRestart && m == Within && tg.Guarantees.RestartLosesLocks && st.Dur < delayedRestart(tg) {
+			return false // back before its locks would have expired: beyond the claim
+		}
 		end := st.At + st.Dur + tg.TTL // the repair needs a renewal or two after
 		if st.Kind == KKillRestart {
 			end += restartCost(tg)
@@ -286,6 +297,8 @@ func Generate(seed uint64, tg *Target, m Mode, o GenOptions) Schedule {
 					// of that.
 					st.Dur = min(st.Dur, zkMaxServerPause)
 				}
+			} else if m == Within && tg.Guarantees.RestartLosesLocks {
+				st.Dur = between(delayedRestart(tg), 2*tg.TTL)
 			} else {
 				st.Dur = between(100*time.Millisecond, time.Second)
 			}
