@@ -22,14 +22,8 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 
 	// Phase 1. Each node's goroutine waits for the decision and, if the
 	// attempt failed, releases its node unless the node said "held" (so
-	// nothing of ours is there); if it succeeded, brings a node that took
-	// the lock with another token than the lease's to the lease's, unless
-	// phase 2 does.
+	// nothing of ours is there).
 	results := make([]redisnode.AcquireResult, n) // written before the reply is sent
-	var (
-		granted distlock.Token    // the lease's token; set before the decision
-		raised  = make([]bool, n) // nodes phase 2 raises; set before the decision
-	)
 	decided := make(chan struct{})
 	var failed atomic.Bool
 	var once sync.Once
@@ -42,26 +36,16 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	defer decide(false) // any early return is a failure
 	ch, dones := b.fanOut(ctx, b.all(), nt,
 		func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
-			// The holder record carries this node's token: the lease's
-			// when a majority agree (then there is no phase 2); phase 2
-			// writes the lease's otherwise.
-			r, err := redisnode.AcquireQuorumOn(ctx, c, k, req.Owner, req.TTL, req.Value)
+			// No value here: the holder record carries the lease's token,
+			// known only after this phase; phase 2 writes it.
+			r, err := redisnode.AcquireOn(ctx, c, k, req.Owner, req.TTL, "")
 			results[i] = r
 			return r.Acquired, err
 		},
 		func(r reply) {
 			<-decided
-			switch {
-			case failed.Load():
-				if r.err != nil || r.ok {
-					b.releaseNode(ctx, r.i, k, req.Owner, req.TTL, nt)
-				}
-			case r.ok && !raised[r.i] && results[r.i].Token != granted:
-				// Its record must not show a token the lease does not
-				// have (Inspect takes the largest), nor its counter lag.
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nt)
-				_, _ = redisnode.RaiseTokenOn(rctx, b.nodes[r.i].client, k, req.Owner, granted, req.TTL, req.Value)
-				cancel()
+			if failed.Load() && (r.err != nil || r.ok) {
+				b.releaseNode(ctx, r.i, k, req.Owner, req.TTL, nt)
 			}
 		})
 	t1 := gather(ctx, ch, n, b.quorum, deadline(nt))
@@ -98,37 +82,15 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	for _, i := range t1.yes {
 		token = max(token, results[i].Token)
 	}
-	h := &handle{keys: k, value: req.Value, ours: make([]time.Time, n), oursSeq: make([]uint64, n)}
-	valid := start.Add(req.TTL - req.Drift.For(req.TTL))
-	agree := 0
-	for _, i := range t1.yes {
-		if results[i].Token == token {
-			agree++
-		}
-	}
-	if agree >= b.quorum {
-		// A majority handed out the token itself: their counters are at it
-		// already and their holder records carry it, so any later quorum
-		// meets a node that counts past it. Phase 2 would change nothing
-		// there. (The nodes' clocks count whole milliseconds for this; the
-		// attempts that straddle one, or meet counters apart, take phase 2.)
-		for _, i := range t1.yes {
-			h.learn(i, 0, valid)
-		}
-		granted = token
-		decide(true)
-		return driver.Grant{Token: token, Start: start, Validity: req.TTL, Handle: h}, nil
-	}
 
 	// Phase 2: raise the counters of the quorum to the token, and write the
 	// holder record (owner, token, value) that Inspect reads. Every node
 	// that accepts, even after the decision, holds the lock until start +
 	// TTL by its clock.
+	h := &handle{keys: k, value: req.Value, ours: make([]time.Time, n), oursSeq: make([]uint64, n)}
+	valid := start.Add(req.TTL - req.Drift.For(req.TTL))
 	// Learned inside the call, before its reply is counted: the grant
 	// must not go out knowing less than the answers that decided it.
-	for _, i := range t1.yes {
-		raised[i] = true
-	}
 	ch2, _ := b.fanOut(ctx, t1.yes, nt, func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
 		ok, err := redisnode.RaiseTokenOn(ctx, c, k, req.Owner, token, req.TTL, req.Value)
 		if err == nil && ok {
@@ -148,7 +110,6 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 		return fail(fmt.Errorf("%w: %q: token %d raised on %d of %d nodes (need %d)%s",
 			ErrNoQuorum, req.Key, token, len(t2.yes), n, b.quorum, b.summary(t2)))
 	}
-	granted = token
 	decide(true)
 	// The portable layer's deadline is start + TTL − drift (and it gives the
 	// lock back if that has passed already): every node's lock was set

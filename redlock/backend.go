@@ -79,7 +79,7 @@ func (b *backend) Guarantees() distlock.Guarantees {
 	n := len(b.nodes)
 	return distlock.Guarantees{
 		Backend:           "redlock",
-		TokenSource:       "quorum-ordered: max of the majority's counters (each max(counter+1, server TIME in µs rounded down to the ms)), at it on a majority in phase 1 or raised there in phase 2",
+		TokenSource:       "quorum-ordered: max of the majority's counters (each max(counter+1, server TIME in µs)), raised on a majority in phase 2",
 		Wait:              distlock.WaitNotify,
 		FailuresTolerated: (n - 1) / 2,
 		ClockDependent:    true,

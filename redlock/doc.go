@@ -10,28 +10,19 @@
 //
 // An acquire records its start, then:
 //
-//  1. Phase 1 sends the acquire script (SET NX PX ttl; when the SET
-//     succeeded, the node's token counter advanced to its token, and the
-//     holder record written with that token) to every node in parallel,
-//     each call bounded by the node timeout (see [WithNodeTimeout]), far
-//     below the TTL. It goes on as soon as a quorum said yes, without
-//     waiting for the slowest nodes; it gives up as soon as a quorum can no
-//     longer be reached.
-//  2. The token T is the maximum of the tokens of the acquired quorum. If a
-//     majority of the nodes handed out T itself, the acquire is done in one
-//     round: their counters are at T already and their records carry it.
-//  3. Otherwise phase 2 runs the raise script on the acquired nodes in
-//     parallel: "if the lock still holds my owner value, raise the counter
-//     to at least T and record T (and the value) as the holder's" (see
-//     Inspection), and the acquire needs a majority to accept it.
-//
-// Either way the acquire succeeds only if the whole attempt ended within
-// its validity: TTL − elapsed − drift, drift = TTL·factor + minimum
-// (distlock.WithDrift). A node's token is max(counter + 1, its clock in
-// microseconds rounded down to the millisecond): nodes whose counters moved
-// together and whose clocks read the same millisecond agree, which is the
-// common case on nodes kept in step by NTP; an attempt that straddles a
-// millisecond, or meets a node that missed grants, takes phase 2.
+//  1. Phase 1 sends the acquire script (SET NX PX ttl, and INCR of that
+//     node's token counter when the SET succeeded) to every node in
+//     parallel, each call bounded by the node timeout (see
+//     [WithNodeTimeout]), far below the TTL. It goes on as soon as a
+//     quorum said yes, without waiting for the slowest nodes; it gives up
+//     as soon as a quorum can no longer be reached.
+//  2. The token T is the maximum of the counters of the acquired quorum.
+//  3. Phase 2 runs the raise script on those nodes in parallel: "if the lock
+//     still holds my owner value, raise the counter to at least T and
+//     record T (and the value) as the holder's" (see Inspection). The
+//     acquire succeeds only if a majority accepted it, and only if the
+//     whole attempt ended within its validity: TTL − elapsed − drift,
+//     drift = TTL·factor + minimum (distlock.WithDrift).
 //
 // On failure the lock is released on every node, including the ones that did
 // not answer (their release runs in the background once their own call
@@ -64,23 +55,22 @@
 //
 // # Why the tokens increase
 //
-// No Redlock library offers fencing tokens; the majority of counters at T
-// is what makes them work. Say lease A got token T, handed out by a
-// majority M in phase 1 or raised on a majority M by its phase 2. On each
-// node of M the counter is ≥ T, and it got there while A held the lock
-// there. A later lease B is granted by a majority M′, which
+// No Redlock library offers fencing tokens; phase 2 is what makes them
+// work. Say lease A got token T and its phase 2 was accepted by majority
+// M. On each node of M the counter is ≥ T, and it was raised while A held
+// the lock there. A later lease B is granted by a majority M′, which
 // intersects M in at least one node x. On x, B's SET NX succeeded, so it
-// came after A's lock on x was gone — after A's acquire or raise there —
-// and x handed B more than T. B's token, the maximum over M′, is therefore larger
+// came after A's lock on x was gone — after A's raise — and B's INCR on x
+// returned more than T. B's token, the maximum over M′, is therefore larger
 // than T. A node where A's raise was refused (the lock had expired or
 // someone else held it) is simply not in M.
 //
 // If x restarted without persistence in between, or from an older snapshot,
 // its counter is missing or stale. The acquire script therefore takes
-// max(counter + 1, x's clock) as x's token, the clock in microseconds
-// rounded down to the millisecond: every counter grows by one per grant,
-// far slower than that clock, so x's clock is past T as long as the nodes'
-// clocks differ by less than the time x was down, less a millisecond. That holds for rolling restarts, for restarts from snapshots and
+// max(counter + 1, x's clock in microseconds) as x's token: every counter
+// grows by one per grant, far slower than a microsecond clock, so x's clock
+// is past T as long as the nodes' clocks differ by less than the time x was
+// down. That holds for rolling restarts, for restarts from snapshots and
 // for restarted nodes meeting nodes that missed grants (all tested),
 // without fsync.
 //
@@ -90,7 +80,7 @@
 // its own clock, and a clock that jumps forward on a node of the holder's
 // majority can free the lock early there, letting a second client form a
 // majority. The fencing token still protects a resource that checks it:
-// the second client's majority meets the first one's majority at T, so
+// the second client's majority meets the first one's phase-2 majority, so
 // its token is larger (tested by emulating the jump with a DEL on one node).
 //
 // Mutual exclusion also needs nodes that do not lose a held lock: a node
@@ -122,15 +112,12 @@
 // Token and Value come from the record, never from a node's counter, which
 // can be above the lease's token: a node restarted without its data seeds
 // its counter from its clock, and a node that answered phase 1 late kept
-// its own increment. Phase 1 writes the record (owner, token, value) with
-// the lock, carrying that node's token, and phase 2, when it runs, writes
-// the lease's token on every node it raises; each refresh extends it with
-// the lock, or writes it where it is missing or another owner's, and
-// writes it with a lock it takes back; a release deletes it; otherwise it
-// expires with the lock. The majority that carries the lease's token meets
-// every majority, and a record's token is never above the lease's, so a
-// granted lease held on a majority of the nodes that answer always shows
-// its token there (Inspect takes the largest). TTL is
+// its own increment. Phase 2 writes the record (owner, token, value) on
+// every node it raises; each refresh extends it with the lock, or writes
+// it where it is missing or another owner's, and writes it with a lock it
+// takes back; a release deletes it; otherwise it expires with the lock.
+// Phase 2's majority meets every majority, so a granted lease held on a
+// majority of the nodes that answer always shows its record there. TTL is
 // conservative: how long a majority still holds the lock by the PTTLs
 // read, less the time the read took and the default drift allowance (1% of
 // it plus 2ms; a Locker's WithDrift does not reach Inspect), at least 1ms
@@ -144,13 +131,12 @@
 // silent): "free" would then be a guess. What it does not promise: the
 // nodes are read one by one, not at one instant, so the holder it reports
 // may have released or lost the lock by the time it returns; an acquire
-// whose phase 1 reached a majority may be reported held, with a node's
-// token below the one its phase 2 then settles on, and one that then
-// failed may be reported held until it gives the lock back (at once). A
-// value is stored (and sent with every refresh) only when given; the
-// record itself, with the token, is written and extended for every lease:
-// two more commands in the acquire and in each refresh, inside the
-// scripts that run there anyway.
+// between its two phases is reported free, and one whose phase 2 reached
+// some nodes but failed may be reported held until it gives the lock back
+// (at once). A value is stored (and sent with every refresh) only when
+// given; the record itself, with the token, is written and extended for
+// every lease: two more commands in phase 2 and in each refresh, inside
+// the scripts that run there anyway.
 //
 // There is no server-side watch (driver.Watcher): Redis pushes key changes
 // only as keyspace notifications, which need server configuration this

@@ -22,8 +22,8 @@ var inspectDrift = driver.Drift{Factor: driver.DefaultDriftFactor, Min: driver.D
 // Inspect implements driver.Inspector: it reads every node at once (one
 // read-only script each, bounded by the node timeout) and reports a holder
 // only when a majority of the nodes hold the lock for one owner and one of
-// them has that owner's holder record, which the acquire writes with the
-// lease's token on a majority (see judge). It returns as soon as the
+// them has that owner's holder record, which phase 2 of the acquire writes
+// with the lease's token (see nodeVerdict). It returns as soon as the
 // answer is settled; an error matching ErrNoQuorum when fewer than a
 // majority answered, or when the silent nodes could still make or break a
 // majority.
@@ -85,12 +85,10 @@ type verdict struct {
 // judge reads the answers of t (views of the nodes that answered):
 //
 //   - held, when a majority hold the lock for one owner and one of them
-//     has that owner's holder record (its token and value; of the tokens
-//     the records carry, the one most do, the smaller of a tie): a granted
-//     lease's phase 1 or phase 2 wrote the record with its token on a
-//     majority, which meets every majority, and a refresh writes it back
-//     wherever the lock is the lease's (taken back or not) and the record
-//     is missing or carries another token. A node's counter is not used: it may be
+//     has that owner's holder record (its token and value): a granted
+//     lease's phase 2 wrote the record on a majority, which meets every
+//     majority, and a refresh writes it back wherever the lock is the
+//     lease's (taken back or not). A node's counter is not used: it may be
 //     above the lease's token (a node restarted without its data and seeded
 //     from its clock, a straggler's own increment).
 //   - free, when a majority hold the lock for one owner but none of them
@@ -114,19 +112,10 @@ func (b *backend) judge(views []redisnode.NodeLock, t tally) verdict {
 		}
 		v.settled = true
 		var ttls []time.Duration
-		carried := map[distlock.Token]int{} // records per token
 		for _, i := range nodes {
 			nl := views[i]
 			ttls = append(ttls, nl.TTL)
-			if !nl.Recorded {
-				continue
-			}
-			carried[nl.Token]++
-			// The token most records carry, the smaller of a tie: the
-			// lease's is on a majority, a straggler's own (a node that
-			// answered phase 1 after the grant, with a later clock) on a
-			// minority until the next refresh rewrites it.
-			if c, best := carried[nl.Token], carried[v.token]; !v.held || c > best || (c == best && nl.Token < v.token) {
+			if nl.Recorded && (!v.held || nl.Token > v.token) {
 				v.held, v.token, v.value = true, nl.Token, nl.Value
 			}
 		}

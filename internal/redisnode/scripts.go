@@ -69,21 +69,11 @@ type AcquireResult struct {
 func AcquireOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration, value string) (AcquireResult, error) {
 	var cmd *goredis.Cmd
 	if value == "" {
-		cmd = acquireScript.Run(ctx, c, []string{k.Lock, k.Counter, k.GoneFor(owner)}, owner, millis(ttl), "0")
+		cmd = acquireScript.Run(ctx, c, []string{k.Lock, k.Counter, k.GoneFor(owner)}, owner, millis(ttl))
 	} else {
-		cmd = acquireScript.Run(ctx, c, []string{k.Lock, k.Counter, k.GoneFor(owner), k.Holder}, owner, millis(ttl), "0", value)
+		cmd = acquireScript.Run(ctx, c, []string{k.Lock, k.Counter, k.GoneFor(owner), k.Holder}, owner, millis(ttl), value)
 	}
 	return acquireResult(cmd)
-}
-
-// AcquireQuorumOn is AcquireOn for one node of a Redlock quorum: the clock
-// counts in whole milliseconds, so the nodes an attempt reaches within one
-// millisecond, whose counters moved together, hand out the same token and
-// the acquire needs no second round to raise them to one; and the holder
-// record (owner, token, value) is written with the lock even when value is
-// "", carrying this node's token.
-func AcquireQuorumOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration, value string) (AcquireResult, error) {
-	return acquireResult(acquireScript.Run(ctx, c, []string{k.Lock, k.Counter, k.GoneFor(owner), k.Holder}, owner, millis(ttl), "1", value))
 }
 
 func acquireResult(cmd *goredis.Cmd) (AcquireResult, error) {

@@ -100,6 +100,27 @@ func TestRaiseToken(t *testing.T) {
 	if n := c.Exists(ctx, k.Lock).Val(); n != 0 {
 		t.Fatal("a failed acquire left its lock behind")
 	}
+	// Nor does a counter of another type (the script sets the lock before
+	// it reads the counter: a review found the lock left behind).
+	if err := c.Del(ctx, k.Counter).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HSet(ctx, k.Counter, "f", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redisnode.AcquireOn(ctx, c, k, "me", time.Minute, ""); err == nil {
+		t.Fatal("AcquireOn with a hash for a counter succeeded")
+	}
+	if n := c.Exists(ctx, k.Lock).Val(); n != 0 {
+		t.Fatal("a failed acquire (wrong-type counter) left its lock behind")
+	}
+	// A negative counter is below the clock, as INCR would have had it.
+	if err := c.Set(ctx, k.Counter, "-5", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := redisnode.AcquireOn(ctx, c, k, "me", time.Minute, ""); err != nil || !r.Acquired || r.Token < distlock.Token(before) {
+		t.Fatalf("AcquireOn with a counter of -5 = %+v, %v; want a token from the server's clock", r, err)
+	}
 }
 
 // A batch of refreshes is one pipeline; a server without the script (first

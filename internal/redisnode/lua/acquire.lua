@@ -1,11 +1,9 @@
 -- Take a lock and hand out its fencing token, in one round trip.
 -- KEYS[1] lock key, KEYS[2] token counter (same hash slot, never expires),
 -- KEYS[3] this owner's tombstone key (set by a release of it, see release.lua),
--- KEYS[4] (with ARGV[4] only) holder record (a hash: owner, token, value)
+-- KEYS[4] (with ARGV[3] only) holder record (a hash: owner, token, value)
 -- ARGV[1] owner value (unique to the attempt), ARGV[2] TTL in milliseconds,
--- ARGV[3] '1' to count the clock in whole milliseconds (Redlock: nodes then
--- mostly agree on the token, see AcquireQuorumOn), '0' in microseconds,
--- ARGV[4] (optional) the holder's value: when given, the record is written
+-- ARGV[3] (optional) the holder's value: when given, the record is written
 -- with the lock and expires with it; without it nothing else is touched
 -- The token is max(counter + 1, the server's TIME in µs): a node restarted
 -- without its counter, from an older snapshot, or a promoted replica whose
@@ -17,7 +15,11 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   -- This attempt was given back already: a late copy of it must not take
   -- the lock for nobody. (Its lock cannot be there: the release that left
   -- the tombstone deleted it.)
-  return {0, 0}
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl < 0 then
+    pttl = 0
+  end
+  return {0, pttl}
 end
 -- Set if free, and the holder's value either way (Redis 7.0+).
 local cur = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
@@ -30,37 +32,39 @@ end
 if cur then
   return {0, redis.call('PTTL', KEYS[1])}
 end
+-- From here on the lock is set: every failure must take it back, so that
+-- an acquire that fails leaves no lock without a token behind.
+local function fail(err)
+  redis.call('DEL', KEYS[1])
+  return err
+end
 -- Strings, not Lua numbers (doubles, exact only to 2^53): the counter as
 -- Redis stores it, and µs since the epoch, compared as canonical decimals.
 local t = redis.call('TIME')
-local us = t[2]
-if ARGV[3] == '1' then
-  us = tostring(math.floor(tonumber(us) / 1000) * 1000)
+local now = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+local token = redis.pcall('SET', KEYS[2], now, 'GET')
+if type(token) == 'table' and token.err then
+  return fail(token) -- not a string (WRONGTYPE): left as it was
 end
-local now = t[1] .. string.rep('0', 6 - #us) .. us
-local token = redis.call('SET', KEYS[2], now, 'GET')
-if token and token ~= '0' and not string.match(token, '^[1-9]%d*$') then
-  -- A corrupt counter must not leave a lock without a token behind.
+if token and not string.match(token, '^-?%d+$') then
   redis.call('SET', KEYS[2], token)
-  redis.call('DEL', KEYS[1])
-  return redis.error_reply('ERR token counter ' .. KEYS[2] .. ' is not a positive integer')
+  return fail(redis.error_reply('ERR token counter ' .. KEYS[2] .. ' is not an integer'))
 end
-if not token or #token < #now or (#token == #now and token < now) then
+if not token or string.sub(token, 1, 1) == '-' or #token < #now or (#token == #now and token < now) then
   token = now
 else
   -- The counter was at or past the clock (a clock stepped back, or a
-  -- counter Redlock raised from a node whose clock runs ahead): one past it,
-  -- in Redis' exact integers.
+  -- counter raised by Redlock's phase 2 from a node whose clock runs ahead):
+  -- one past it, in Redis' exact integers.
   redis.call('SET', KEYS[2], token)
   local n = redis.pcall('INCR', KEYS[2])
   if type(n) == 'table' and n.err then
-    redis.call('DEL', KEYS[1])
-    return n
+    return fail(n)
   end
   token = redis.call('GET', KEYS[2])
 end
-if ARGV[4] then
-  redis.call('HSET', KEYS[4], 'owner', ARGV[1], 'token', token, 'value', ARGV[4])
+if ARGV[3] then
+  redis.call('HSET', KEYS[4], 'owner', ARGV[1], 'token', token, 'value', ARGV[3])
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
 end
 return {1, token}

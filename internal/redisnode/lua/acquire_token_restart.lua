@@ -1,10 +1,9 @@
 -- Take a lock and hand out its fencing token, in one round trip.
 -- KEYS[1] lock key, KEYS[2] token counter (same hash slot, never expires),
 -- KEYS[3] this owner's tombstone key (set by a release of it, see release.lua),
--- KEYS[4] (with ARGV[4] only) holder record (a hash: owner, token, value)
+-- KEYS[4] (with ARGV[3] only) holder record (a hash: owner, token, value)
 -- ARGV[1] owner value (unique to the attempt), ARGV[2] TTL in milliseconds,
--- ARGV[3] the clock's unit (unused here),
--- ARGV[4] (optional) the holder's value: when given, the record is written
+-- ARGV[3] (optional) the holder's value: when given, the record is written
 -- with the lock and expires with it; without it nothing else is touched
 -- The token is max(counter + 1, the server's TIME in µs): a node restarted
 -- without its counter, from an older snapshot, or a promoted replica whose
@@ -15,7 +14,11 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   -- This attempt was given back already: a late copy of it must not take
   -- the lock for nobody. (Its lock cannot be there: the release that left
   -- the tombstone deleted it.)
-  return {0, 0}
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl < 0 then
+    pttl = 0
+  end
+  return {0, pttl}
 end
 -- Set if free, and the holder's value either way (Redis 7.0+).
 local cur = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
@@ -28,17 +31,22 @@ end
 if cur then
   return {0, redis.call('PTTL', KEYS[1])}
 end
+-- From here on the lock is set: every failure must take it back, so that
+-- an acquire that fails leaves no lock without a token behind.
+local function fail(err)
+  redis.call('DEL', KEYS[1])
+  return err
+end
 local n = redis.pcall('INCR', KEYS[2])
 if type(n) == 'table' and n.err then
-  redis.call('DEL', KEYS[1])
-  return n
+  return fail(n)
 end
 local token = redis.call('GET', KEYS[2])
 -- MUTATION token-restart (cmd/internal/faults TestMutations; never loaded in a
 -- normal build): the token is counter + 1 only, so a restart that lost the
 -- counter hands out tokens from 1 again.
-if ARGV[4] then
-  redis.call('HSET', KEYS[4], 'owner', ARGV[1], 'token', token, 'value', ARGV[4])
+if ARGV[3] then
+  redis.call('HSET', KEYS[4], 'owner', ARGV[1], 'token', token, 'value', ARGV[3])
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
 end
 return {1, token}

@@ -7,9 +7,8 @@
 -- token (decimal), ARGV[4] a nonce unique to this refresh, ARGV[5] the
 -- holder's value ('' for none)
 -- The holder record (owner, token, value) lives and ends with the lock: it
--- is extended with it, written where it is missing, an earlier holder's,
--- or carries another token (a node that answered phase 1 late with its own
--- token, or whose phase 2 was lost), and
+-- is extended with it, written where it is missing or an earlier holder's
+-- (a node that answered phase 1 late, or whose phase 2 was lost), and
 -- written with a lock taken back.
 -- Returns 1 when it was ours and is extended, 2 when it was missing and is
 -- ours again (the counter then at least the token, so a later holder
@@ -23,8 +22,7 @@ if cur == ARGV[1] then
     return 2
   end
   local n = redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  local rec = redis.call('HMGET', KEYS[5], 'owner', 'token')
-  if rec[1] ~= ARGV[1] or rec[2] ~= ARGV[3] then
+  if redis.call('HGET', KEYS[5], 'owner') ~= ARGV[1] then
     redis.call('HSET', KEYS[5], 'owner', ARGV[1], 'token', ARGV[3], 'value', ARGV[5])
   end
   redis.call('PEXPIRE', KEYS[5], ARGV[2])
