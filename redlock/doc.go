@@ -10,8 +10,8 @@
 //
 // An acquire records its start, then:
 //
-//  1. Phase 1 sends the acquire script (SET NX PX ttl, and INCR of that
-//     node's token counter when the SET succeeded) to every node in
+//  1. Phase 1 sends the acquire script (SET NX PX ttl, and that node's
+//     token counter advanced when the SET succeeded) to every node in
 //     parallel, each call bounded by the node timeout (see
 //     [WithNodeTimeout]), far below the TTL. It goes on as soon as a
 //     quorum said yes, without waiting for the slowest nodes; it gives up
@@ -60,8 +60,8 @@
 // M. On each node of M the counter is ≥ T, and it was raised while A held
 // the lock there. A later lease B is granted by a majority M′, which
 // intersects M in at least one node x. On x, B's SET NX succeeded, so it
-// came after A's lock on x was gone — after A's raise — and B's INCR on x
-// returned more than T. B's token, the maximum over M′, is therefore larger
+// came after A's lock on x was gone — after A's raise — and x handed B
+// more than its counter, so more than T. B's token, the maximum over M′, is therefore larger
 // than T. A node where A's raise was refused (the lock had expired or
 // someone else held it) is simply not in M.
 //
