@@ -70,7 +70,10 @@
 // and those found deleted are reported. The watch asks its member for a
 // progress notice every second and is made again after 3 s without a word,
 // so a member that hangs with its connection open (or a silent network
-// path) delays notices by about that much, not until it comes back.
+// path) delays notices by about that much per try, not until it comes
+// back. The client's balancer picks the member of each new watch, and may
+// pick the hung one again (about one time in the number of endpoints): a
+// CI run saw a notice still held back after 15 s, about five tries.
 //
 // # Inspect and Watch
 //
