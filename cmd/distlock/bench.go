@@ -182,7 +182,7 @@ func planSteps(c *benchConfig) []step {
 			steps = append(steps, step{"observer latency", observe})
 		case "held":
 			steps = append(steps, step{fmt.Sprintf("held n=%d", c.held), func(ctx context.Context, b *backend, key string) ([]value, []float64, error) {
-				return held(ctx, b, key, c.held)
+				return held(ctx, b, key, c.held, c.duration)
 			}})
 		case "crash":
 			steps = append(steps, step{"crash", func(ctx context.Context, b *backend, key string) ([]value, []float64, error) {

@@ -14,18 +14,26 @@ import (
 // heldTTL is the TTL of the held-leases measurement: renewed every second.
 const heldTTL = 3 * time.Second
 
-// heldWindow is how many acquires each acquire rate is timed over.
-const heldWindow = 200
+// heldFew is the number of held leases the acquire rate at n held is
+// compared with.
+const heldFew = 200
+
+// heldRateWindow is the least time each acquire rate is measured over: one
+// renewal interval, so that a renewal of every held lease falls inside it.
+const heldRateWindow = heldTTL / 3
 
 // held measures one process holding n auto-renewing leases on distinct
-// keys: the acquire rate with heldWindow held against the rate with n held,
+// keys: the acquire rate with heldFew held against the rate with n held
+// (each timed over at least a renewal interval and window, by acquiring and
+// releasing one more auto-renewing lease at a time, so the held count stays),
 // goroutines per held lease, the process CPU spent while only renewing
 // (one TTL, three renewals of each lease), leases lost meanwhile, and the
 // time to release them all. A Locker of its own, closed at the end.
-func held(ctx context.Context, b *backend, key string, n int) ([]value, []float64, error) {
-	if n < 2*heldWindow {
-		return nil, nil, fmt.Errorf("held: %d leases, want at least %d", n, 2*heldWindow)
+func held(ctx context.Context, b *backend, key string, n int, window time.Duration) ([]value, []float64, error) {
+	if n < 2*heldFew {
+		return nil, nil, fmt.Errorf("held: %d leases, want at least %d", n, 2*heldFew)
 	}
+	window = max(window, heldRateWindow)
 	l, err := openLocker(ctx, b.url)
 	if err != nil {
 		return nil, nil, err
@@ -41,30 +49,52 @@ func held(ctx context.Context, b *backend, key string, n int) ([]value, []float6
 	}
 	base := runtime.NumGoroutine()
 	leases := make([]*distlock.Lease, 0, n)
-	acquire := func(count int) (float64, error) {
-		t0 := time.Now()
-		for range count {
+	fill := func(upTo int) error {
+		for len(leases) < upTo {
 			ls, err := l.TryAcquire(ctx, fmt.Sprintf("%s-%d", key, len(leases)), distlock.WithTTL(heldTTL), distlock.WithAutoRenew(true))
 			if err != nil {
-				return 0, fmt.Errorf("held: acquire %d: %w", len(leases), err)
+				return fmt.Errorf("held: acquire %d: %w", len(leases), err)
 			}
 			leases = append(leases, ls)
 		}
-		return float64(count) / time.Since(t0).Seconds(), nil
+		return nil
 	}
 	defer func() {
 		for _, ls := range leases {
 			_ = ls.Release(context.Background())
 		}
 	}()
-	rateFew, err := acquire(heldWindow)
+	// rate times only the acquires; each probe lease is released at once
+	// (untimed) so the held count stays where fill left it.
+	probes := 0
+	rate := func() (float64, error) {
+		var spent time.Duration
+		count := 0
+		for t0 := time.Now(); time.Since(t0) < window || count < 20; count++ {
+			t := time.Now()
+			ls, err := l.TryAcquire(ctx, fmt.Sprintf("%s-probe-%d", key, probes), distlock.WithTTL(heldTTL), distlock.WithAutoRenew(true))
+			spent += time.Since(t)
+			probes++
+			if err != nil {
+				return 0, fmt.Errorf("held: probe acquire with %d held: %w", len(leases), err)
+			}
+			if err := ls.Release(ctx); err != nil {
+				return 0, fmt.Errorf("held: probe release with %d held: %w", len(leases), err)
+			}
+		}
+		return float64(count) / spent.Seconds(), nil
+	}
+	if err := fill(heldFew); err != nil {
+		return nil, nil, err
+	}
+	rateFew, err := rate()
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, err := acquire(n - 2*heldWindow); err != nil {
+	if err := fill(n); err != nil {
 		return nil, nil, err
 	}
-	rateMany, err := acquire(heldWindow)
+	rateMany, err := rate()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -105,7 +135,7 @@ func held(ctx context.Context, b *backend, key string, n int) ([]value, []float6
 	leases = nil
 
 	return []value{
-		{fmt.Sprintf("acquire/s, %d held", heldWindow), "ops/s", rateFew},
+		{fmt.Sprintf("acquire/s, %d held", heldFew), "ops/s", rateFew},
 		{fmt.Sprintf("acquire/s, %d held", n), "ops/s", rateMany},
 		{"rate ratio", "x", rateMany / rateFew},
 		{"goroutines per lease", "n", perLease},

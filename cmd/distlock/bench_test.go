@@ -86,6 +86,51 @@ func TestBenchMem(t *testing.T) {
 	}
 }
 
+// TestBenchHeld runs the held-leases measurement on mem:// with a few
+// hundred leases: every figure present, no lease lost, no goroutine per
+// lease, both acquire rates measured.
+func TestBenchHeld(t *testing.T) {
+	jsonPath := filepath.Join(t.TempDir(), "r.json")
+	url, _ := memURL(t)
+	r := runCLI(t, "bench", "-q", "--url", url, "--measure", "held", "--held", "400", "--repeat", "1",
+		"--duration", "50ms", "--json", jsonPath)
+	if r.code != 0 {
+		t.Fatalf("code %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("JSON: %v", err)
+	}
+	if len(rep.Backends) != 1 || len(rep.Backends[0].Errors) > 0 {
+		t.Fatalf("backends %+v", rep.Backends)
+	}
+	be := rep.Backends[0]
+	figure := func(name string) float64 {
+		t.Helper()
+		f := be.get(row{Group: "held n=400", Name: name})
+		if f == nil {
+			t.Fatalf("no figure %q in %s", name, b)
+		}
+		return f.Stat.Median
+	}
+	if few, many := figure("acquire/s, 200 held"), figure("acquire/s, 400 held"); few <= 0 || many <= 0 {
+		t.Errorf("acquire rates %v, %v", few, many)
+	}
+	if g := figure("goroutines per lease"); g >= 0.05 {
+		t.Errorf("%v goroutines per held lease", g)
+	}
+	if n := figure("lost while renewing"); n != 0 {
+		t.Errorf("%v leases lost while renewing", n)
+	}
+	if s := figure("release all (16 at once)"); s <= 0 {
+		t.Errorf("release time %v", s)
+	}
+}
+
 // TestBenchCrashProcess measures a crashed holder process on Redis: the
 // holder is a real "distlock hold" process that gets SIGKILL.
 func TestBenchCrashProcess(t *testing.T) {

@@ -24,6 +24,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -44,6 +45,7 @@ type config struct {
 	jsonPath string
 	retry    string // redislock's retry strategy, see parseRetry
 	dir      string // where the servers' directories go ("" = os.TempDir())
+	cpuProf  string // write a CPU profile of the whole run here ("" = none)
 	progress io.Writer
 
 	observeHoldFlag    string
@@ -69,6 +71,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.retry, "redislock-retry", "linear:5ms",
 		"bsm/redislock's retry strategy while waiting: linear:D or exp:MIN:MAX")
 	fs.StringVar(&c.dir, "dir", "", "directory for the servers' data (default the temp dir)")
+	fs.StringVar(&c.cpuProf, "cpuprofile", "", "write a CPU profile of the run (both sides, this process only) to this file")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -81,6 +84,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if c.cpuProf != "" {
+		f, err := os.Create(c.cpuProf)
+		if err != nil {
+			fmt.Fprintln(stderr, "peerbench:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "peerbench:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
 	rep, err := benchmark(ctx, c)
 	if rep != nil {
 		printReport(stdout, rep)
