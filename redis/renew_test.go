@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -48,10 +46,12 @@ func TestManyRenewingLeasesBatched(t *testing.T) {
 		t.Errorf("%d goroutines of the library for %d renewing leases, %d before (want at most the renewer and one call more):\n%s",
 			g, n, base, dump)
 	}
-	before := refreshCalls(t, admin)
+	before := commandCalls(t, admin)
 	singles, pipelines := calls.Singles.Load(), calls.Pipelines.Load()
 	time.Sleep(2 * time.Second) // about six intervals; nothing but renewals
-	refreshes := refreshCalls(t, admin) - before
+	after := commandCalls(t, admin)
+	refreshes := int64(after["pexpire"] - before["pexpire"]) // one PEXPIRE per refresh of a lock without a value
+	scripts := int64(scriptCalls(after) - scriptCalls(before))
 	singles, pipelines = calls.Singles.Load()-singles, calls.Pipelines.Load()-pipelines
 	for i, ls := range leases {
 		if err := ls.Err(); err != nil {
@@ -63,37 +63,18 @@ func TestManyRenewingLeasesBatched(t *testing.T) {
 	}
 	// One round trip per lease and interval would be about 2000; batched,
 	// the leases due together share a pipeline.
-	t.Logf("%d refreshes in %d pipelines and %d single calls", refreshes, pipelines, singles)
+	t.Logf("%d refreshes by %d script calls in %d pipelines and %d single calls", refreshes, scripts, pipelines, singles)
 	if rt := singles + pipelines; rt > refreshes/10 {
 		t.Errorf("%d round trips for %d refreshes: not batched", rt, refreshes)
+	}
+	if scripts > refreshes/10 {
+		t.Errorf("%d script calls for %d refreshes: not batched within a call", scripts, refreshes)
 	}
 	for _, ls := range leases {
 		if err := ls.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-}
-
-// refreshCalls is how many scripts the server has run (EVALSHA + EVAL).
-func refreshCalls(t *testing.T, c *goredis.Client) int64 {
-	t.Helper()
-	info, err := c.Info(t.Context(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var total int64
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-			continue
-		}
-		for _, f := range strings.Split(strings.TrimSpace(line[strings.Index(line, ":")+1:]), ",") {
-			if v, ok := strings.CutPrefix(f, "calls="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				total += n
-			}
-		}
-	}
-	return total
 }
 
 // WithDrift(0, 0) is no margin at all, not the defaults.

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -87,6 +88,17 @@ func benchAll(ctx context.Context, c *benchConfig, s stdio) (*Report, error) {
 		dir = os.TempDir()
 	}
 	rep := &Report{Args: os.Args[1:], Duration: c.duration.String(), Repeat: c.repeat}
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var targets []target
 	if len(c.urls) == 0 {
 		var ls *localServers

@@ -53,6 +53,8 @@ type benchConfig struct {
 	textPath string
 	dir      string
 	quiet    bool
+	// cpuProfile, when set, is where a CPU profile of the run goes.
+	cpuProfile string
 	// faultsPath is compare's --faults file; "" means defaultFaults if it exists.
 	faultsPath string
 	// soakPath is compare's --soak file; "" means defaultSoak if it exists.
@@ -132,6 +134,8 @@ func benchFlags(name, help string, s stdio) (*benchConfig, func([]string) (int, 
 	fs.StringVar(&c.textPath, "text", "", "also write the text table to `FILE`")
 	fs.StringVar(&c.dir, "dir", "", "`DIR` for local servers' data and the fsync probe (default: the system temp dir)")
 	fs.BoolVarP(&c.quiet, "quiet", "q", false, "no progress on stderr")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of this process to `FILE` (for finding where a figure goes)")
+	_ = fs.MarkHidden("cpuprofile")
 	if name == "compare" {
 		fs.StringVar(&c.faultsPath, "faults", "", "fault-matrix JSON `FILE` to include (written by: "+matrixfile.Command(defaultFaults)+"); default "+defaultFaults+" if it exists")
 		fs.StringVar(&c.soakPath, "soak", "", "randomized-fault soak JSON `FILE` to include (written by make soak); default "+defaultSoak+" if it exists")

@@ -34,6 +34,8 @@ var (
 	acquireTokenRestartSrc string // mutation: token-restart
 	//go:embed lua/extend_no_repair.lua
 	extendNoRepairSrc string // mutation: redlock-no-repair
+	//go:embed lua/many.lua
+	manySrc string
 
 	acquireScript = goredis.NewScript(mutation.Pick("token-restart", acquireTokenRestartSrc, acquireSrc)) // mutation: token-restart
 	refreshScript = goredis.NewScript(refreshSrc)
@@ -41,7 +43,22 @@ var (
 	raiseScript   = goredis.NewScript(raiseSrc)
 	extendScript  = goredis.NewScript(mutation.Pick("redlock-no-repair", extendNoRepairSrc, extendSrc)) // mutation: redlock-no-repair
 	inspectScript = goredis.NewScript(inspectSrc)
+
+	refreshManyScript = goredis.NewScript(many(refreshSrc))
+	extendManyScript  = goredis.NewScript(many(mutation.Pick("redlock-no-repair", extendNoRepairSrc, extendSrc))) // mutation: redlock-no-repair
 )
+
+// many makes the batched form of a single-lock script: its source becomes
+// the body of a function of its own KEYS and ARGV, which many.lua runs once
+// per lock. One source per rule, so a batch cannot drift from a single call.
+func many(src string) string {
+	return "local function one(KEYS, ARGV)\n" + src + "\nend\n" + manySrc
+}
+
+// batchSize is how many locks one call of a batched script carries: enough
+// to share a call's fixed cost (dispatch, Lua set-up) among many locks, few
+// enough that one call holds the server for well under a millisecond.
+const batchSize = 64
 
 // AcquireResult is the outcome of one acquire script run.
 type AcquireResult struct {
@@ -128,15 +145,22 @@ func refreshKeys(k Keys, withValue bool) []string {
 	return []string{k.Lock}
 }
 
-// RefreshManyOn runs the refresh script for every lock in one pipeline:
-// ok[i] reports whether lock i was still ours, errs[i] its own failure. If
-// the server does not have the script (first use, a restart, SCRIPT FLUSH),
-// it is loaded and those locks are sent again: extending twice is harmless.
+// RefreshManyOn runs the refresh script for every lock, batchSize locks to a
+// script call, all calls in one pipeline: ok[i] reports whether lock i was
+// still ours, errs[i] its own failure. If the server does not have the
+// script (first use, a restart, SCRIPT FLUSH), it is loaded and those calls
+// are sent again: extending twice is harmless.
 func RefreshManyOn(ctx context.Context, c goredis.UniversalClient, locks []Refresh) (ok []bool, errs []error) {
 	ok = make([]bool, len(locks))
-	errs = pipelined(ctx, c, refreshScript, "refresh", len(locks), func(i int, p goredis.Pipeliner) *goredis.Cmd {
+	errs = batched(ctx, c, refreshManyScript, "refresh", len(locks), func(i int, keys []string, args []any) ([]string, []any) {
 		l := locks[i]
-		return refreshScript.EvalSha(ctx, p, refreshKeys(l.Keys, l.WithValue), l.Owner, millis(l.TTL))
+		nk := 1
+		keys = append(keys, l.Keys.Lock)
+		if l.WithValue {
+			nk++
+			keys = append(keys, l.Keys.Holder)
+		}
+		return keys, append(args, nk, 2, l.Owner, millis(l.TTL))
 	}, func(i int, n int64) error {
 		ok[i] = n == 1
 		return nil
@@ -154,15 +178,15 @@ type Extend struct {
 	Value string
 }
 
-// ExtendManyOn runs Redlock's repairing refresh (ExtendOn) for every lock
-// in one pipeline; a resend after a lost script is harmless for the same
-// reason a resent ExtendOn is (the nonce).
+// ExtendManyOn runs Redlock's repairing refresh (ExtendOn) for every lock,
+// batched as RefreshManyOn batches refreshes; a resend after a lost script
+// is harmless for the same reason a resent ExtendOn is (the nonce).
 func ExtendManyOn(ctx context.Context, c goredis.UniversalClient, locks []Extend) (res []Extended, errs []error) {
 	res = make([]Extended, len(locks))
-	errs = pipelined(ctx, c, extendScript, "extend", len(locks), func(i int, p goredis.Pipeliner) *goredis.Cmd {
+	errs = batched(ctx, c, extendManyScript, "extend", len(locks), func(i int, keys []string, args []any) ([]string, []any) {
 		l := locks[i]
-		return extendScript.EvalSha(ctx, p, extendKeys(l.Keys, l.Owner),
-			l.Owner, millis(l.TTL), strconv.FormatInt(int64(l.Token), 10), l.Nonce, l.Value)
+		keys = append(keys, l.Keys.Lock, l.Keys.Counter, l.Keys.GoneFor(l.Owner), l.Keys.Retake, l.Keys.Holder)
+		return keys, append(args, 5, 5, l.Owner, millis(l.TTL), strconv.FormatInt(int64(l.Token), 10), l.Nonce, l.Value)
 	}, func(i int, n int64) error {
 		if n < 0 || n > 2 {
 			return fmt.Errorf("extend script: unexpected reply %d", n)
@@ -173,12 +197,63 @@ func ExtendManyOn(ctx context.Context, c goredis.UniversalClient, locks []Extend
 	return res, errs
 }
 
+// batched runs the batched form of a script (see many) for count locks,
+// batchSize to a call, every call in one pipeline. add appends lock i's
+// keys and its many.lua arguments (key count, argument count, arguments);
+// got takes lock i's integer reply. It returns each lock's error: its call's
+// (a lost connection, a timeout) or its own (an error reply for that lock).
+// If the server lacks the script, it is loaded and the calls that met
+// NOSCRIPT are sent again, once.
+func batched(ctx context.Context, c goredis.UniversalClient, script *goredis.Script, name string, count int,
+	add func(i int, keys []string, args []any) ([]string, []any), got func(i int, n int64) error) []error {
+	errs := make([]error, count)
+	calls := (count + batchSize - 1) / batchSize
+	span := func(call int) (lo, hi int) { return call * batchSize, min(count, (call+1)*batchSize) }
+	callErrs := pipelined(ctx, c, script, name, calls, func(call int, p goredis.Pipeliner) *goredis.Cmd {
+		lo, hi := span(call)
+		keys, args := make([]string, 0, 5*(hi-lo)), make([]any, 0, 7*(hi-lo))
+		for i := lo; i < hi; i++ {
+			keys, args = add(i, keys, args)
+		}
+		return script.EvalSha(ctx, p, keys, args...)
+	}, func(call int, cmd *goredis.Cmd) error {
+		lo, hi := span(call)
+		replies, err := cmd.Slice()
+		if err != nil {
+			return fmt.Errorf("%s script: %w", name, err)
+		}
+		if len(replies) != hi-lo {
+			return fmt.Errorf("%s script: %d replies for %d locks", name, len(replies), hi-lo)
+		}
+		for j, r := range replies {
+			switch r := r.(type) {
+			case int64:
+				errs[lo+j] = got(lo+j, r)
+			case error:
+				errs[lo+j] = fmt.Errorf("%s script: %w", name, r)
+			default:
+				errs[lo+j] = fmt.Errorf("%s script: unexpected reply %v", name, r)
+			}
+		}
+		return nil
+	})
+	for call, err := range callErrs {
+		if err != nil {
+			lo, hi := span(call)
+			for i := lo; i < hi; i++ {
+				errs[i] = err
+			}
+		}
+	}
+	return errs
+}
+
 // pipelined sends count calls of script in one pipeline (cmd builds call
-// i), hands each integer reply to got, and returns each call's error. If
-// the server lacks the script, it is loaded and the calls that met NOSCRIPT
-// are sent again, once.
+// i), hands each reply to got, and returns each call's error. If the server
+// lacks the script, it is loaded and the calls that met NOSCRIPT are sent
+// again, once.
 func pipelined(ctx context.Context, c goredis.UniversalClient, script *goredis.Script, name string, count int,
-	cmd func(i int, p goredis.Pipeliner) *goredis.Cmd, got func(i int, n int64) error) []error {
+	cmd func(i int, p goredis.Pipeliner) *goredis.Cmd, got func(i int, c *goredis.Cmd) error) []error {
 	errs := make([]error, count)
 	todo := make([]int, count)
 	for i := range todo {
@@ -193,14 +268,13 @@ func pipelined(ctx context.Context, c goredis.UniversalClient, script *goredis.S
 		_, _ = pipe.Exec(ctx) // each command carries its own outcome
 		var again []int
 		for j, i := range todo {
-			n, err := cmds[j].Int64()
-			switch {
+			switch err := cmds[j].Err(); {
 			case err != nil && round == 0 && goredis.HasErrorPrefix(err, "NOSCRIPT"):
 				again = append(again, i)
 			case err != nil:
 				errs[i] = fmt.Errorf("%s script: %w", name, err)
 			default:
-				errs[i] = got(i, n)
+				errs[i] = got(i, cmds[j])
 			}
 		}
 		if len(again) > 0 {

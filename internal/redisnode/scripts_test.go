@@ -2,6 +2,7 @@ package redisnode_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,6 +151,76 @@ func TestRefreshManyAfterScriptFlush(t *testing.T) {
 	for i := range 3 {
 		if ttl := c.PTTL(ctx, locks[i].Keys.Lock).Val(); ttl < 30*time.Second {
 			t.Errorf("lock %d: PTTL %v after a refresh to 1m", i, ttl)
+		}
+	}
+}
+
+// A batched extend carries batchSize locks per script call: with more locks
+// than that, every lock still gets its own verdict in its own place, and a
+// lock whose key has the wrong type fails alone, not its whole call.
+func TestExtendManyAcrossCalls(t *testing.T) {
+	srv := testserver.Redis(t)
+	c := newClient(t, srv.Addr())
+	ctx := t.Context()
+	const n, broken = 150, 99
+	var locks []redisnode.Extend
+	want := make([]redisnode.Extended, n)
+	for i := range n {
+		k := redisnode.KeysFor("many:", fmt.Sprint("k", i))
+		switch i % 3 {
+		case 0: // ours: extended
+			if r, err := redisnode.AcquireOn(ctx, c, k, "me", time.Second, ""); err != nil || !r.Acquired {
+				t.Fatal(r, err)
+			}
+			want[i] = redisnode.ExtendRenewed
+		case 1: // missing: taken back
+			want[i] = redisnode.ExtendRetaken
+		case 2: // someone else's: untouched
+			if r, err := redisnode.AcquireOn(ctx, c, k, "other", time.Minute, ""); err != nil || !r.Acquired {
+				t.Fatal(r, err)
+			}
+			want[i] = redisnode.ExtendHeldByOther
+		}
+		locks = append(locks, redisnode.Extend{Keys: k, Owner: "me", TTL: time.Minute,
+			Token: distlock.Token(1_000_000 + i), Nonce: fmt.Sprint("nonce", i)})
+	}
+	if err := c.Set(ctx, locks[broken].Keys.Holder, "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, errs := redisnode.ExtendManyOn(ctx, c, locks)
+	for i := range n {
+		if i == broken {
+			if errs[i] == nil || !strings.Contains(errs[i].Error(), "WRONGTYPE") {
+				t.Errorf("lock %d (wrong-type holder record): %v, %v; want a WRONGTYPE error", i, res[i], errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil || res[i] != want[i] {
+			t.Errorf("lock %d: %v, %v; want %v", i, res[i], errs[i], want[i])
+		}
+		l := locks[i]
+		switch want[i] {
+		case redisnode.ExtendHeldByOther:
+			if v := c.Get(ctx, l.Keys.Lock).Val(); v != "other" {
+				t.Errorf("lock %d: someone else's lock now %q", i, v)
+			}
+		default:
+			if ttl := c.PTTL(ctx, l.Keys.Lock).Val(); ttl < 30*time.Second {
+				t.Errorf("lock %d: PTTL %v after an extend to 1m", i, ttl)
+			}
+			if tok := c.HGet(ctx, l.Keys.Holder, "token").Val(); tok != fmt.Sprint(l.Token) {
+				t.Errorf("lock %d: holder record token %q, want %d", i, tok, l.Token)
+			}
+		}
+	}
+	// A resent batch (its reply lost): the retaken locks still say so.
+	res, errs = redisnode.ExtendManyOn(ctx, c, locks)
+	for i := range n {
+		if i != broken && (errs[i] != nil || res[i] != want[i]) {
+			t.Errorf("resent, lock %d: %v, %v; want %v", i, res[i], errs[i], want[i])
 		}
 	}
 }
