@@ -49,12 +49,13 @@ func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) erro
 	if len(leases) == 0 {
 		return nil
 	}
-	calls := make([]redisnode.Extend, len(leases))
+	extends := make([]redisnode.Extend, len(leases))
 	for j, l := range leases {
 		r := batch[l.k]
-		calls[j] = redisnode.Extend{Keys: l.h.keys, Owner: r.Grant.Owner, TTL: r.TTL, Token: r.Grant.Token, Nonce: l.nonce,
+		extends[j] = redisnode.Extend{Keys: l.h.keys, Owner: r.Grant.Owner, TTL: r.TTL, Token: r.Grant.Token, Nonce: l.nonce,
 			Value: l.h.value}
 	}
+	calls := redisnode.NewExtendBatch(extends) // built once, sent to every node
 
 	// Each node's answers, written by its call before its reply is sent.
 	type answers struct {
@@ -63,7 +64,7 @@ func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) erro
 	}
 	perNode := make([]answers, n)
 	ch, dones := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
-		res, errs := redisnode.ExtendManyOn(ctx, c, calls)
+		res, errs := calls.On(ctx, c)
 		for j, l := range leases { // learned before the reply is counted
 			switch {
 			case errs[j] != nil:

@@ -151,8 +151,7 @@ func refreshKeys(k Keys, withValue bool) []string {
 // script (first use, a restart, SCRIPT FLUSH), it is loaded and those calls
 // are sent again: extending twice is harmless.
 func RefreshManyOn(ctx context.Context, c goredis.UniversalClient, locks []Refresh) (ok []bool, errs []error) {
-	ok = make([]bool, len(locks))
-	errs = batched(ctx, c, refreshManyScript, "refresh", len(locks), func(i int, keys []string, args []any) ([]string, []any) {
+	calls := prepareBatch(len(locks), func(i int, keys []string, args []any) ([]string, []any) {
 		l := locks[i]
 		nk := 1
 		keys = append(keys, l.Keys.Lock)
@@ -161,7 +160,9 @@ func RefreshManyOn(ctx context.Context, c goredis.UniversalClient, locks []Refre
 			keys = append(keys, l.Keys.Holder)
 		}
 		return keys, append(args, nk, 2, l.Owner, millis(l.TTL))
-	}, func(i int, n int64) error {
+	})
+	ok = make([]bool, len(locks))
+	errs = calls.send(ctx, c, refreshManyScript, "refresh", func(i int, n int64) error {
 		ok[i] = n == 1
 		return nil
 	})
@@ -182,12 +183,27 @@ type Extend struct {
 // batched as RefreshManyOn batches refreshes; a resend after a lost script
 // is harmless for the same reason a resent ExtendOn is (the nonce).
 func ExtendManyOn(ctx context.Context, c goredis.UniversalClient, locks []Extend) (res []Extended, errs []error) {
-	res = make([]Extended, len(locks))
-	errs = batched(ctx, c, extendManyScript, "extend", len(locks), func(i int, keys []string, args []any) ([]string, []any) {
+	return NewExtendBatch(locks).On(ctx, c)
+}
+
+// ExtendBatch is ExtendManyOn's script calls, built once so that Redlock
+// sends the same calls to every node without building them per node. On
+// may run on several nodes at once.
+type ExtendBatch struct{ calls batch }
+
+// NewExtendBatch builds the script calls that extend locks.
+func NewExtendBatch(locks []Extend) *ExtendBatch {
+	return &ExtendBatch{prepareBatch(len(locks), func(i int, keys []string, args []any) ([]string, []any) {
 		l := locks[i]
 		keys = append(keys, l.Keys.Lock, l.Keys.Counter, l.Keys.GoneFor(l.Owner), l.Keys.Retake, l.Keys.Holder)
 		return keys, append(args, 5, 5, l.Owner, millis(l.TTL), strconv.FormatInt(int64(l.Token), 10), l.Nonce, l.Value)
-	}, func(i int, n int64) error {
+	})}
+}
+
+// On runs the batch on one node, as ExtendManyOn does.
+func (b *ExtendBatch) On(ctx context.Context, c goredis.UniversalClient) (res []Extended, errs []error) {
+	res = make([]Extended, b.calls.count)
+	errs = b.calls.send(ctx, c, extendManyScript, "extend", func(i int, n int64) error {
 		if n < 0 || n > 2 {
 			return fmt.Errorf("extend script: unexpected reply %d", n)
 		}
@@ -197,25 +213,40 @@ func ExtendManyOn(ctx context.Context, c goredis.UniversalClient, locks []Extend
 	return res, errs
 }
 
-// batched runs the batched form of a script (see many) for count locks,
-// batchSize to a call, every call in one pipeline. add appends lock i's
-// keys and its many.lua arguments (key count, argument count, arguments);
-// got takes lock i's integer reply. It returns each lock's error: its call's
-// (a lost connection, a timeout) or its own (an error reply for that lock).
-// If the server lacks the script, it is loaded and the calls that met
-// NOSCRIPT are sent again, once.
-func batched(ctx context.Context, c goredis.UniversalClient, script *goredis.Script, name string, count int,
-	add func(i int, keys []string, args []any) ([]string, []any), got func(i int, n int64) error) []error {
-	errs := make([]error, count)
-	calls := (count + batchSize - 1) / batchSize
-	span := func(call int) (lo, hi int) { return call * batchSize, min(count, (call+1)*batchSize) }
-	callErrs := pipelined(ctx, c, script, name, calls, func(call int, p goredis.Pipeliner) *goredis.Cmd {
-		lo, hi := span(call)
+// batch is the calls of a batched script (see many) for count locks,
+// batchSize to a call: each call's keys and many.lua arguments (per lock:
+// key count, argument count, arguments). Read only once built.
+type batch struct {
+	count int
+	keys  [][]string
+	args  [][]any
+}
+
+// prepareBatch builds the calls for count locks; add appends lock i's keys
+// and arguments.
+func prepareBatch(count int, add func(i int, keys []string, args []any) ([]string, []any)) batch {
+	b := batch{count: count}
+	for lo := 0; lo < count; lo += batchSize {
+		hi := min(count, lo+batchSize)
 		keys, args := make([]string, 0, 5*(hi-lo)), make([]any, 0, 7*(hi-lo))
 		for i := lo; i < hi; i++ {
 			keys, args = add(i, keys, args)
 		}
-		return script.EvalSha(ctx, p, keys, args...)
+		b.keys, b.args = append(b.keys, keys), append(b.args, args)
+	}
+	return b
+}
+
+// send runs the calls in one pipeline; got takes lock i's integer reply. It
+// returns each lock's error: its call's (a lost connection, a timeout) or
+// its own (an error reply for that lock). If the server lacks the script,
+// it is loaded and the calls that met NOSCRIPT are sent again, once.
+func (b batch) send(ctx context.Context, c goredis.UniversalClient, script *goredis.Script, name string,
+	got func(i int, n int64) error) []error {
+	errs := make([]error, b.count)
+	span := func(call int) (lo, hi int) { return call * batchSize, min(b.count, (call+1)*batchSize) }
+	callErrs := pipelined(ctx, c, script, name, len(b.keys), func(call int, p goredis.Pipeliner) *goredis.Cmd {
+		return script.EvalSha(ctx, p, b.keys[call], b.args[call]...)
 	}, func(call int, cmd *goredis.Cmd) error {
 		lo, hi := span(call)
 		replies, err := cmd.Slice()
