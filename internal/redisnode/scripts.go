@@ -37,9 +37,9 @@ var (
 	//go:embed lua/many.lua
 	manySrc string
 
-	acquireScript = goredis.NewScript(mutation.Pick("token-restart", acquireTokenRestartSrc, acquireSrc)) // mutation: token-restart
+	acquire       = newHotScript(mutation.Pick("token-restart", acquireTokenRestartSrc, acquireSrc)) // mutation: token-restart
 	refreshScript = goredis.NewScript(refreshSrc)
-	releaseScript = goredis.NewScript(releaseSrc)
+	release       = newHotScript(releaseSrc)
 	raiseScript   = goredis.NewScript(raiseSrc)
 	extendScript  = goredis.NewScript(mutation.Pick("redlock-no-repair", extendNoRepairSrc, extendSrc)) // mutation: redlock-no-repair
 	inspectScript = goredis.NewScript(inspectSrc)
@@ -59,6 +59,39 @@ func many(src string) string {
 // to share a call's fixed cost (dispatch, Lua set-up) among many locks, few
 // enough that one call holds the server for well under a millisecond.
 const batchSize = 64
+
+// Doer runs one command given as its words: a *goredis.Client, a
+// *goredis.ClusterClient or a *goredis.Conn (not a pipeline).
+type Doer interface {
+	Do(ctx context.Context, args ...any) *goredis.Cmd
+}
+
+// hotScript is a script of the hot path (acquire, release), called with the
+// command's words built in one slice by the caller: go-redis's Script.Run
+// would copy the keys and arguments into slices of its own and box each
+// key again (four to six allocations a call).
+type hotScript struct {
+	src  string
+	hash any // boxed once
+}
+
+func newHotScript(src string) hotScript {
+	return hotScript{src: src, hash: goredis.NewScript(src).Hash()}
+}
+
+// run sends EVALSHA with argv's words from index 3 on (its keys, then its
+// arguments; the first three are filled in here) and, if the server lacks
+// the script (first use, a restart, SCRIPT FLUSH), EVAL with its source,
+// which also loads it. keys is the number of keys in argv.
+func (s hotScript) run(ctx context.Context, c Doer, argv []any, keys int) *goredis.Cmd {
+	argv[0], argv[1], argv[2] = "evalsha", s.hash, keys
+	cmd := c.Do(ctx, argv...)
+	if goredis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		argv[0], argv[1] = "eval", s.src
+		cmd = c.Do(ctx, argv...)
+	}
+	return cmd
+}
 
 // AcquireResult is the outcome of one acquire script run.
 type AcquireResult struct {
@@ -83,34 +116,32 @@ type AcquireResult struct {
 // holder's PTTL instead. A non-empty value is written, with owner and the
 // token, to the holder record k.Holder, which expires with the lock; with
 // "" the record is not touched.
-func AcquireOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration, value string) (AcquireResult, error) {
-	var cmd *goredis.Cmd
+func AcquireOn(ctx context.Context, c Doer, k Keys, owner string, ttl time.Duration, value string) (AcquireResult, error) {
+	argv := make([]any, 3, 10)
 	if value == "" {
-		cmd = acquireScript.Run(ctx, c, []string{k.Lock, k.Counter, k.GoneFor(owner)}, owner, millis(ttl))
-	} else {
-		cmd = acquireScript.Run(ctx, c, []string{k.Lock, k.Counter, k.GoneFor(owner), k.Holder}, owner, millis(ttl), value)
+		argv = append(argv, k.Lock, k.Counter, k.GoneFor(owner), owner, millis(ttl))
+		return acquireResult(acquire.run(ctx, c, argv, 3))
 	}
-	return acquireResult(cmd)
+	argv = append(argv, k.Lock, k.Counter, k.GoneFor(owner), k.Holder, owner, millis(ttl), value)
+	return acquireResult(acquire.run(ctx, c, argv, 4))
 }
 
+// acquireResult decodes the acquire script's one value: the token (a
+// decimal string) when taken, the holder's PTTL (an integer) when held.
 func acquireResult(cmd *goredis.Cmd) (AcquireResult, error) {
-	v, err := cmd.Slice()
+	v, err := cmd.Result()
 	if err != nil {
+		if errors.Is(err, goredis.Nil) {
+			err = errors.New("no token counter for a resent attempt")
+		}
 		return AcquireResult{}, fmt.Errorf("acquire script: %w", err)
 	}
-	if len(v) != 2 {
-		return AcquireResult{}, fmt.Errorf("acquire script: unexpected reply %v", v)
-	}
-	switch taken := v[0].(type) {
+	switch v := v.(type) {
 	case int64:
-		if taken == 0 {
-			if pttl, ok := v[1].(int64); ok {
-				return AcquireResult{HolderTTL: time.Duration(pttl) * time.Millisecond}, nil
-			}
-		} else if s, ok := v[1].(string); ok {
-			if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-				return AcquireResult{Acquired: true, Token: distlock.Token(n)}, nil
-			}
+		return AcquireResult{HolderTTL: time.Duration(v) * time.Millisecond}, nil
+	case string:
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return AcquireResult{Acquired: true, Token: distlock.Token(n)}, nil
 		}
 	}
 	return AcquireResult{}, fmt.Errorf("acquire script: unexpected reply %v", v)
@@ -328,16 +359,22 @@ func pipelined(ctx context.Context, c goredis.UniversalClient, script *goredis.S
 // A positive tombstone makes the node refuse, for that long, a late acquire
 // or Redlock retake by owner (a request still on its way): pass the TTL the
 // lock was taken with when such a request may exist, zero otherwise.
-func ReleaseOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, tombstone time.Duration, withRecord bool) (bool, error) {
-	tomb, gone := "0", k.Lock // without a tombstone the script leaves KEYS[2] alone: no name to build
+func ReleaseOn(ctx context.Context, c Doer, k Keys, owner string, tombstone time.Duration, withRecord bool) (bool, error) {
+	argv := make([]any, 3, 9)
 	if tombstone > 0 {
-		tomb, gone = strconv.FormatInt(millis(tombstone), 10), k.GoneFor(owner)
+		argv = append(argv, k.Lock, k.GoneFor(owner))
+	} else {
+		argv = append(argv, k.Lock, k.Lock) // without a tombstone the script leaves KEYS[2] alone: no name to build
 	}
-	keys := []string{k.Lock, gone}
 	if withRecord {
-		keys = append(keys, k.Holder)
+		argv = append(argv, k.Holder)
 	}
-	n, err := releaseScript.Run(ctx, c, keys, owner, k.Channel, tomb).Int64()
+	keys := len(argv) - 3
+	tomb := "0"
+	if tombstone > 0 {
+		tomb = strconv.FormatInt(millis(tombstone), 10)
+	}
+	n, err := release.run(ctx, c, append(argv, owner, k.Channel, tomb), keys).Int64()
 	if err != nil {
 		return false, fmt.Errorf("release script: %w", err)
 	}

@@ -9,7 +9,9 @@
 -- without its counter, from an older snapshot, or a promoted replica whose
 -- counter lags still hands out a larger token than any before, as long as
 -- server clocks differ by less than the restart or failover takes.
--- Returns {1, token as a decimal string} when taken, {0, pttl} when held (the holder's remaining ms).
+-- Returns the token as a decimal string when taken, the holder's remaining
+-- ms (PTTL, an integer) when held: one value, no array, for the client to
+-- decode.
 if redis.call('EXISTS', KEYS[3]) == 1 then
   -- This attempt was given back already: a late copy of it must not take
   -- the lock for nobody. (Its lock cannot be there: the release that left
@@ -18,7 +20,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   if pttl < 0 then
     pttl = 0
   end
-  return {0, pttl}
+  return pttl
 end
 -- Set if free, and the holder's value either way (Redis 7.0+).
 local cur = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
@@ -26,10 +28,10 @@ if cur == ARGV[1] then
   -- A retry of this very attempt (the client resent it after losing the
   -- reply): the lock is already ours, and nobody can have been granted a
   -- token since, so the counter is this attempt's token.
-  return {1, redis.call('GET', KEYS[2])}
+  return redis.call('GET', KEYS[2])
 end
 if cur then
-  return {0, redis.call('PTTL', KEYS[1])}
+  return redis.call('PTTL', KEYS[1])
 end
 -- From here on the lock is set: every failure must take it back, so that
 -- an acquire that fails leaves no lock without a token behind.
@@ -49,4 +51,4 @@ if ARGV[3] then
   redis.call('HSET', KEYS[4], 'owner', ARGV[1], 'token', token, 'value', ARGV[3])
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
 end
-return {1, token}
+return token
