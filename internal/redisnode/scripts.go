@@ -34,8 +34,6 @@ var (
 	acquireTokenRestartSrc string // mutation: token-restart
 	//go:embed lua/extend_no_repair.lua
 	extendNoRepairSrc string // mutation: redlock-no-repair
-	//go:embed lua/many.lua
-	manySrc string
 
 	acquire       = newHotScript(mutation.Pick("token-restart", acquireTokenRestartSrc, acquireSrc)) // mutation: token-restart
 	refreshScript = goredis.NewScript(refreshSrc)
@@ -43,22 +41,13 @@ var (
 	raiseScript   = goredis.NewScript(raiseSrc)
 	extendScript  = goredis.NewScript(mutation.Pick("redlock-no-repair", extendNoRepairSrc, extendSrc)) // mutation: redlock-no-repair
 	inspectScript = goredis.NewScript(inspectSrc)
-
-	refreshManyScript = goredis.NewScript(many(refreshSrc))
-	extendManyScript  = goredis.NewScript(many(mutation.Pick("redlock-no-repair", extendNoRepairSrc, extendSrc))) // mutation: redlock-no-repair
 )
 
-// many makes the batched form of a single-lock script: its source becomes
-// the body of a function of its own KEYS and ARGV, which many.lua runs once
-// per lock. One source per rule, so a batch cannot drift from a single call.
-func many(src string) string {
-	return "local function one(KEYS, ARGV)\n" + src + "\nend\n" + manySrc
-}
-
-// batchSize is how many locks one call of a batched script carries: enough
-// to share a call's fixed cost (dispatch, Lua set-up) among many locks, few
-// enough that one call holds the server for well under a millisecond.
-const batchSize = 64
+// The scripts' hashes, boxed once for the EVALSHA words of pipelined calls.
+var (
+	refreshHash any = refreshScript.Hash()
+	extendHash  any = extendScript.Hash()
+)
 
 // Doer runs one command given as its words: a *goredis.Client, a
 // *goredis.ClusterClient or a *goredis.Conn (not a pipeline).
@@ -176,24 +165,25 @@ func refreshKeys(k Keys, withValue bool) []string {
 	return []string{k.Lock}
 }
 
-// RefreshManyOn runs the refresh script for every lock, batchSize locks to a
-// script call, all calls in one pipeline: ok[i] reports whether lock i was
-// still ours, errs[i] its own failure. If the server does not have the
-// script (first use, a restart, SCRIPT FLUSH), it is loaded and those calls
-// are sent again: extending twice is harmless.
+// RefreshManyOn runs the refresh script for every lock, all in one
+// pipeline: ok[i] reports whether lock i was still ours, errs[i] its own
+// failure. If the server does not have the script (first use, a restart,
+// SCRIPT FLUSH), it is loaded and those locks are sent again: extending
+// twice is harmless.
+// Each lock is a script call of its own: its keys share one hash slot, a
+// call mixing locks would not (a cluster refuses it; a ring or a proxy
+// routes it by its first key, to one shard, where the other locks are not).
 func RefreshManyOn(ctx context.Context, c goredis.UniversalClient, locks []Refresh) (ok []bool, errs []error) {
-	calls := prepareBatch(len(locks), func(i int, keys []string, args []any) ([]string, []any) {
-		l := locks[i]
-		nk := 1
-		keys = append(keys, l.Keys.Lock)
+	calls := make(batch, len(locks))
+	for i, l := range locks {
 		if l.WithValue {
-			nk++
-			keys = append(keys, l.Keys.Holder)
+			calls[i] = []any{"evalsha", refreshHash, 2, l.Keys.Lock, l.Keys.Holder, l.Owner, millis(l.TTL)}
+		} else {
+			calls[i] = []any{"evalsha", refreshHash, 1, l.Keys.Lock, l.Owner, millis(l.TTL)}
 		}
-		return keys, append(args, nk, 2, l.Owner, millis(l.TTL))
-	})
+	}
 	ok = make([]bool, len(locks))
-	errs = calls.send(ctx, c, refreshManyScript, "refresh", func(i int, n int64) error {
+	errs = calls.send(ctx, c, refreshScript, "refresh", func(i int, n int64) error {
 		ok[i] = n == 1
 		return nil
 	})
@@ -211,8 +201,8 @@ type Extend struct {
 }
 
 // ExtendManyOn runs Redlock's repairing refresh (ExtendOn) for every lock,
-// batched as RefreshManyOn batches refreshes; a resend after a lost script
-// is harmless for the same reason a resent ExtendOn is (the nonce).
+// pipelined as RefreshManyOn pipelines refreshes; a resend after a lost
+// script is harmless for the same reason a resent ExtendOn is (the nonce).
 func ExtendManyOn(ctx context.Context, c goredis.UniversalClient, locks []Extend) (res []Extended, errs []error) {
 	return NewExtendBatch(locks).On(ctx, c)
 }
@@ -224,17 +214,18 @@ type ExtendBatch struct{ calls batch }
 
 // NewExtendBatch builds the script calls that extend locks.
 func NewExtendBatch(locks []Extend) *ExtendBatch {
-	return &ExtendBatch{prepareBatch(len(locks), func(i int, keys []string, args []any) ([]string, []any) {
-		l := locks[i]
-		keys = append(keys, l.Keys.Lock, l.Keys.Counter, l.Keys.GoneFor(l.Owner), l.Keys.Retake, l.Keys.Holder)
-		return keys, append(args, 5, 5, l.Owner, millis(l.TTL), strconv.FormatInt(int64(l.Token), 10), l.Nonce, l.Value)
-	})}
+	calls := make(batch, len(locks))
+	for i, l := range locks {
+		calls[i] = []any{"evalsha", extendHash, 5, l.Keys.Lock, l.Keys.Counter, l.Keys.GoneFor(l.Owner), l.Keys.Retake,
+			l.Keys.Holder, l.Owner, millis(l.TTL), strconv.FormatInt(int64(l.Token), 10), l.Nonce, l.Value}
+	}
+	return &ExtendBatch{calls}
 }
 
 // On runs the batch on one node, as ExtendManyOn does.
 func (b *ExtendBatch) On(ctx context.Context, c goredis.UniversalClient) (res []Extended, errs []error) {
-	res = make([]Extended, b.calls.count)
-	errs = b.calls.send(ctx, c, extendManyScript, "extend", func(i int, n int64) error {
+	res = make([]Extended, len(b.calls))
+	errs = b.calls.send(ctx, c, extendScript, "extend", func(i int, n int64) error {
 		if n < 0 || n > 2 {
 			return fmt.Errorf("extend script: unexpected reply %d", n)
 		}
@@ -244,70 +235,25 @@ func (b *ExtendBatch) On(ctx context.Context, c goredis.UniversalClient) (res []
 	return res, errs
 }
 
-// batch is the calls of a batched script (see many) for count locks,
-// batchSize to a call: each call's keys and many.lua arguments (per lock:
-// key count, argument count, arguments). Read only once built.
-type batch struct {
-	count int
-	keys  [][]string
-	args  [][]any
-}
-
-// prepareBatch builds the calls for count locks; add appends lock i's keys
-// and arguments.
-func prepareBatch(count int, add func(i int, keys []string, args []any) ([]string, []any)) batch {
-	b := batch{count: count}
-	for lo := 0; lo < count; lo += batchSize {
-		hi := min(count, lo+batchSize)
-		keys, args := make([]string, 0, 5*(hi-lo)), make([]any, 0, 7*(hi-lo))
-		for i := lo; i < hi; i++ {
-			keys, args = add(i, keys, args)
-		}
-		b.keys, b.args = append(b.keys, keys), append(b.args, args)
-	}
-	return b
-}
+// batch is the EVALSHA words of one script call per lock. Read only once
+// built (go-redis keeps a command's words as given), so one batch can go
+// to several nodes at once.
+type batch [][]any
 
 // send runs the calls in one pipeline; got takes lock i's integer reply. It
-// returns each lock's error: its call's (a lost connection, a timeout) or
-// its own (an error reply for that lock). If the server lacks the script,
-// it is loaded and the calls that met NOSCRIPT are sent again, once.
+// returns each lock's error. If the server lacks the script, it is loaded
+// and the calls that met NOSCRIPT are sent again, once.
 func (b batch) send(ctx context.Context, c goredis.UniversalClient, script *goredis.Script, name string,
 	got func(i int, n int64) error) []error {
-	errs := make([]error, b.count)
-	span := func(call int) (lo, hi int) { return call * batchSize, min(b.count, (call+1)*batchSize) }
-	callErrs := pipelined(ctx, c, script, name, len(b.keys), func(call int, p goredis.Pipeliner) *goredis.Cmd {
-		return script.EvalSha(ctx, p, b.keys[call], b.args[call]...)
-	}, func(call int, cmd *goredis.Cmd) error {
-		lo, hi := span(call)
-		replies, err := cmd.Slice()
+	return pipelined(ctx, c, script, name, len(b), func(i int, p goredis.Pipeliner) *goredis.Cmd {
+		return p.Do(ctx, b[i]...)
+	}, func(i int, cmd *goredis.Cmd) error {
+		n, err := cmd.Int64()
 		if err != nil {
 			return fmt.Errorf("%s script: %w", name, err)
 		}
-		if len(replies) != hi-lo {
-			return fmt.Errorf("%s script: %d replies for %d locks", name, len(replies), hi-lo)
-		}
-		for j, r := range replies {
-			switch r := r.(type) {
-			case int64:
-				errs[lo+j] = got(lo+j, r)
-			case error:
-				errs[lo+j] = fmt.Errorf("%s script: %w", name, r)
-			default:
-				errs[lo+j] = fmt.Errorf("%s script: unexpected reply %v", name, r)
-			}
-		}
-		return nil
+		return got(i, n)
 	})
-	for call, err := range callErrs {
-		if err != nil {
-			lo, hi := span(call)
-			for i := lo; i < hi; i++ {
-				errs[i] = err
-			}
-		}
-	}
-	return errs
 }
 
 // pipelined sends count calls of script in one pipeline (cmd builds call
