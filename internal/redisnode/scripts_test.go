@@ -155,10 +155,11 @@ func TestRefreshManyAfterScriptFlush(t *testing.T) {
 	}
 }
 
-// A batched extend carries batchSize locks per script call: with more locks
-// than that, every lock still gets its own verdict in its own place, and a
-// lock whose key has the wrong type fails alone, not its whole call.
-func TestExtendManyAcrossCalls(t *testing.T) {
+// A batched extend of many locks after a SCRIPT FLUSH: every lock gets its
+// own verdict in its own place (extended, taken back, someone else's), a
+// lock whose key has the wrong type fails alone, and a resent batch still
+// reports its retakes.
+func TestExtendMany(t *testing.T) {
 	srv := testserver.Redis(t)
 	c := newClient(t, srv.Addr())
 	ctx := t.Context()
