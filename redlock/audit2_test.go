@@ -147,7 +147,10 @@ func hooked(t *testing.T, srvs []*testserver.Server, drops []*atomic.Bool, opts 
 // straggler never does).
 func loadScripts(t *testing.T, srvs []*testserver.Server) {
 	t.Helper()
-	files, _ := filepath.Glob("../redis/lua/*.lua")
+	files, _ := filepath.Glob("../internal/redisnode/lua/*.lua")
+	if len(files) == 0 {
+		t.Fatal("no lock scripts found to load")
+	}
 	for _, c := range clients(t, srvs, false) {
 		for _, f := range files {
 			src, err := os.ReadFile(f)

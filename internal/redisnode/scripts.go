@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -35,18 +36,19 @@ var (
 	//go:embed lua/extend_no_repair.lua
 	extendNoRepairSrc string // mutation: redlock-no-repair
 
-	acquire       = newHotScript(mutation.Pick("token-restart", acquireTokenRestartSrc, acquireSrc)) // mutation: token-restart
+	acquire       = newWordScript(mutation.Pick("token-restart", acquireTokenRestartSrc, acquireSrc)) // mutation: token-restart
 	refreshScript = goredis.NewScript(refreshSrc)
-	release       = newHotScript(releaseSrc)
+	release       = newWordScript(releaseSrc)
 	raiseScript   = goredis.NewScript(raiseSrc)
-	extendScript  = goredis.NewScript(mutation.Pick("redlock-no-repair", extendNoRepairSrc, extendSrc)) // mutation: redlock-no-repair
+	extendSource  = mutation.Pick("redlock-no-repair", extendNoRepairSrc, extendSrc) // mutation: redlock-no-repair
+	extendScript  = goredis.NewScript(extendSource)
 	inspectScript = goredis.NewScript(inspectSrc)
 )
 
-// The scripts' hashes, boxed once for the EVALSHA words of pipelined calls.
+// The scripts of batched calls, by their words.
 var (
-	refreshHash any = refreshScript.Hash()
-	extendHash  any = extendScript.Hash()
+	refreshWords = newWordScript(refreshSrc)
+	extendWords  = newWordScript(extendSource)
 )
 
 // Doer runs one command given as its words: a *goredis.Client, a
@@ -55,29 +57,41 @@ type Doer interface {
 	Do(ctx context.Context, args ...any) *goredis.Cmd
 }
 
-// hotScript is a script of the hot path (acquire, release), called with the
-// command's words built in one slice by the caller: go-redis's Script.Run
-// would copy the keys and arguments into slices of its own and box each
-// key again (four to six allocations a call).
-type hotScript struct {
+// wordScript is a script called with its command's words built by the
+// caller in one slice (go-redis's Script.Run would copy keys and arguments
+// into slices of its own and box every key again: four to six allocations a
+// call). The first two words are left for the command and the script.
+// A slice given to Do becomes the command's own, which hooks may rewrite in
+// place (a key-prefixing hook does): every send gets freshly built words.
+type wordScript struct {
 	src  string
 	hash any // boxed once
 }
 
-func newHotScript(src string) hotScript {
-	return hotScript{src: src, hash: goredis.NewScript(src).Hash()}
+func newWordScript(src string) wordScript {
+	return wordScript{src: src, hash: goredis.NewScript(src).Hash()}
 }
 
-// run sends EVALSHA with argv's words from index 3 on (its keys, then its
-// arguments; the first three are filled in here) and, if the server lacks
-// the script (first use, a restart, SCRIPT FLUSH), EVAL with its source,
-// which also loads it. keys is the number of keys in argv.
-func (s hotScript) run(ctx context.Context, c Doer, argv []any, keys int) *goredis.Cmd {
-	argv[0], argv[1], argv[2] = "evalsha", s.hash, keys
-	cmd := c.Do(ctx, argv...)
+// words fills in the first two words: EVALSHA and the hash, or, on a resend
+// after NOSCRIPT, EVAL and the source. EVAL is routed like any command with
+// keys (a Ring's or a proxy's SCRIPT LOAD reaches one shard) and loads the
+// script where it ran.
+func (s wordScript) words(w []any, noScript bool) []any {
+	if noScript {
+		w[0], w[1] = "eval", s.src
+	} else {
+		w[0], w[1] = "evalsha", s.hash
+	}
+	return w
+}
+
+// run sends the script with the words build makes (from the third on: the
+// key count, the keys, the arguments), and, if the server lacks the script
+// (first use, a restart, SCRIPT FLUSH), once more with new words as EVAL.
+func (s wordScript) run(ctx context.Context, c Doer, build func() []any) *goredis.Cmd {
+	cmd := c.Do(ctx, s.words(build(), false)...)
 	if goredis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		argv[0], argv[1] = "eval", s.src
-		cmd = c.Do(ctx, argv...)
+		cmd = c.Do(ctx, s.words(build(), true)...)
 	}
 	return cmd
 }
@@ -106,13 +120,13 @@ type AcquireResult struct {
 // token, to the holder record k.Holder, which expires with the lock; with
 // "" the record is not touched.
 func AcquireOn(ctx context.Context, c Doer, k Keys, owner string, ttl time.Duration, value string) (AcquireResult, error) {
-	argv := make([]any, 3, 10)
-	if value == "" {
-		argv = append(argv, k.Lock, k.Counter, k.GoneFor(owner), owner, millis(ttl))
-		return acquireResult(acquire.run(ctx, c, argv, 3))
-	}
-	argv = append(argv, k.Lock, k.Counter, k.GoneFor(owner), k.Holder, owner, millis(ttl), value)
-	return acquireResult(acquire.run(ctx, c, argv, 4))
+	gone, ms := k.GoneFor(owner), millis(ttl)
+	return acquireResult(acquire.run(ctx, c, func() []any {
+		if value == "" {
+			return []any{nil, nil, 3, k.Lock, k.Counter, gone, owner, ms}
+		}
+		return []any{nil, nil, 4, k.Lock, k.Counter, gone, k.Holder, owner, ms, value}
+	}))
 }
 
 // acquireResult decodes the acquire script's one value: the token (a
@@ -177,13 +191,13 @@ func RefreshManyOn(ctx context.Context, c goredis.UniversalClient, locks []Refre
 	calls := make(batch, len(locks))
 	for i, l := range locks {
 		if l.WithValue {
-			calls[i] = []any{"evalsha", refreshHash, 2, l.Keys.Lock, l.Keys.Holder, l.Owner, millis(l.TTL)}
+			calls[i] = []any{nil, nil, 2, l.Keys.Lock, l.Keys.Holder, l.Owner, millis(l.TTL)}
 		} else {
-			calls[i] = []any{"evalsha", refreshHash, 1, l.Keys.Lock, l.Owner, millis(l.TTL)}
+			calls[i] = []any{nil, nil, 1, l.Keys.Lock, l.Owner, millis(l.TTL)}
 		}
 	}
 	ok = make([]bool, len(locks))
-	errs = calls.send(ctx, c, refreshScript, "refresh", func(i int, n int64) error {
+	errs = calls.send(ctx, c, refreshWords, "refresh", func(i int, n int64) error {
 		ok[i] = n == 1
 		return nil
 	})
@@ -216,7 +230,7 @@ type ExtendBatch struct{ calls batch }
 func NewExtendBatch(locks []Extend) *ExtendBatch {
 	calls := make(batch, len(locks))
 	for i, l := range locks {
-		calls[i] = []any{"evalsha", extendHash, 5, l.Keys.Lock, l.Keys.Counter, l.Keys.GoneFor(l.Owner), l.Keys.Retake,
+		calls[i] = []any{nil, nil, 5, l.Keys.Lock, l.Keys.Counter, l.Keys.GoneFor(l.Owner), l.Keys.Retake,
 			l.Keys.Holder, l.Owner, millis(l.TTL), strconv.FormatInt(int64(l.Token), 10), l.Nonce, l.Value}
 	}
 	return &ExtendBatch{calls}
@@ -225,7 +239,7 @@ func NewExtendBatch(locks []Extend) *ExtendBatch {
 // On runs the batch on one node, as ExtendManyOn does.
 func (b *ExtendBatch) On(ctx context.Context, c goredis.UniversalClient) (res []Extended, errs []error) {
 	res = make([]Extended, len(b.calls))
-	errs = b.calls.send(ctx, c, extendScript, "extend", func(i int, n int64) error {
+	errs = b.calls.send(ctx, c, extendWords, "extend", func(i int, n int64) error {
 		if n < 0 || n > 2 {
 			return fmt.Errorf("extend script: unexpected reply %d", n)
 		}
@@ -235,35 +249,20 @@ func (b *ExtendBatch) On(ctx context.Context, c goredis.UniversalClient) (res []
 	return res, errs
 }
 
-// batch is the EVALSHA words of one script call per lock. Read only once
-// built (go-redis keeps a command's words as given), so one batch can go
-// to several nodes at once.
+// batch is the words of one script call per lock (the first two left for
+// the command and the script), built once and only read: each send, to
+// each node, copies them, since hooks may rewrite a command's words in
+// place (one allocation a call, where building them is several).
 type batch [][]any
 
 // send runs the calls in one pipeline; got takes lock i's integer reply. It
-// returns each lock's error. If the server lacks the script, it is loaded
-// and the calls that met NOSCRIPT are sent again, once.
-func (b batch) send(ctx context.Context, c goredis.UniversalClient, script *goredis.Script, name string,
+// returns each lock's error. The calls that met NOSCRIPT (first use, a
+// restart, SCRIPT FLUSH) are sent again, once, as EVAL: routed per lock,
+// and loading the script on the shard where it runs.
+func (b batch) send(ctx context.Context, c goredis.UniversalClient, s wordScript, name string,
 	got func(i int, n int64) error) []error {
-	return pipelined(ctx, c, script, name, len(b), func(i int, p goredis.Pipeliner) *goredis.Cmd {
-		return p.Do(ctx, b[i]...)
-	}, func(i int, cmd *goredis.Cmd) error {
-		n, err := cmd.Int64()
-		if err != nil {
-			return fmt.Errorf("%s script: %w", name, err)
-		}
-		return got(i, n)
-	})
-}
-
-// pipelined sends count calls of script in one pipeline (cmd builds call
-// i), hands each reply to got, and returns each call's error. If the server
-// lacks the script, it is loaded and the calls that met NOSCRIPT are sent
-// again, once.
-func pipelined(ctx context.Context, c goredis.UniversalClient, script *goredis.Script, name string, count int,
-	cmd func(i int, p goredis.Pipeliner) *goredis.Cmd, got func(i int, c *goredis.Cmd) error) []error {
-	errs := make([]error, count)
-	todo := make([]int, count)
+	errs := make([]error, len(b))
+	todo := make([]int, len(b))
 	for i := range todo {
 		todo[i] = i
 	}
@@ -271,26 +270,19 @@ func pipelined(ctx context.Context, c goredis.UniversalClient, script *goredis.S
 		cmds := make([]*goredis.Cmd, len(todo))
 		pipe := c.Pipeline()
 		for j, i := range todo {
-			cmds[j] = cmd(i, pipe)
+			cmds[j] = pipe.Do(ctx, s.words(slices.Clone(b[i]), round > 0)...)
 		}
 		_, _ = pipe.Exec(ctx) // each command carries its own outcome
 		var again []int
 		for j, i := range todo {
-			switch err := cmds[j].Err(); {
+			n, err := cmds[j].Int64()
+			switch {
 			case err != nil && round == 0 && goredis.HasErrorPrefix(err, "NOSCRIPT"):
 				again = append(again, i)
 			case err != nil:
 				errs[i] = fmt.Errorf("%s script: %w", name, err)
 			default:
-				errs[i] = got(i, cmds[j])
-			}
-		}
-		if len(again) > 0 {
-			if err := script.Load(ctx, c).Err(); err != nil {
-				for _, i := range again {
-					errs[i] = fmt.Errorf("%s script: loading it: %w", name, err)
-				}
-				break
+				errs[i] = got(i, n)
 			}
 		}
 		todo = again
@@ -306,21 +298,16 @@ func pipelined(ctx context.Context, c goredis.UniversalClient, script *goredis.S
 // or Redlock retake by owner (a request still on its way): pass the TTL the
 // lock was taken with when such a request may exist, zero otherwise.
 func ReleaseOn(ctx context.Context, c Doer, k Keys, owner string, tombstone time.Duration, withRecord bool) (bool, error) {
-	argv := make([]any, 3, 9)
+	tomb, gone := "0", k.Lock // without a tombstone the script leaves KEYS[2] alone: no name to build
 	if tombstone > 0 {
-		argv = append(argv, k.Lock, k.GoneFor(owner))
-	} else {
-		argv = append(argv, k.Lock, k.Lock) // without a tombstone the script leaves KEYS[2] alone: no name to build
+		tomb, gone = strconv.FormatInt(millis(tombstone), 10), k.GoneFor(owner)
 	}
-	if withRecord {
-		argv = append(argv, k.Holder)
-	}
-	keys := len(argv) - 3
-	tomb := "0"
-	if tombstone > 0 {
-		tomb = strconv.FormatInt(millis(tombstone), 10)
-	}
-	n, err := release.run(ctx, c, append(argv, owner, k.Channel, tomb), keys).Int64()
+	n, err := release.run(ctx, c, func() []any {
+		if withRecord {
+			return []any{nil, nil, 3, k.Lock, gone, k.Holder, owner, k.Channel, tomb}
+		}
+		return []any{nil, nil, 2, k.Lock, gone, owner, k.Channel, tomb}
+	}).Int64()
 	if err != nil {
 		return false, fmt.Errorf("release script: %w", err)
 	}
