@@ -28,30 +28,7 @@ func TestWrappedClusterRefreshBatch(t *testing.T) {
 	cl := testserver.NewRedisCluster(t, 3)
 	c := wrappedCluster{goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs()})}
 	t.Cleanup(func() { _ = c.Close() })
-	b, err := redis.NewBackend(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	br := b.(driver.BatchRefresher)
-	ctx := t.Context()
-	var batch []driver.Refresh
-	for i := range 10 {
-		req := driver.Request{Key: fmt.Sprint("wc-", i), TTL: time.Minute, Owner: fmt.Sprint("owner-", i)}
-		g, err := b.TryLock(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.Key, g.Owner, g.TTL = req.Key, req.Owner, req.TTL // as the portable layer fills them
-		batch = append(batch, driver.Refresh{Grant: g, TTL: time.Minute})
-	}
-	if err := br.RefreshBatch(ctx, batch); err != nil {
-		t.Skipf("declined: %v", err)
-	}
-	for i, r := range batch {
-		if r.Err != nil {
-			t.Errorf("lease %d (held): %v", i, r.Err)
-		}
-	}
+	checkRefreshBatch(t, c, "wc-")
 }
 
 // A plain *goredis.Client on a cluster-mode server that owns every slot (a
@@ -63,6 +40,13 @@ func TestOneShardClusterPlainClientRefreshBatch(t *testing.T) {
 	cl := testserver.NewRedisCluster(t, 1)
 	c := goredis.NewClient(&goredis.Options{Addr: cl.Nodes[0].Addr()})
 	t.Cleanup(func() { _ = c.Close() })
+	checkRefreshBatch(t, c, "os-")
+}
+
+// checkRefreshBatch takes ten locks through a backend on c, refreshes each
+// alone, then all in one RefreshBatch: every one must come back held.
+func checkRefreshBatch(t *testing.T, c goredis.UniversalClient, prefix string) {
+	t.Helper()
 	b, err := redis.NewBackend(c)
 	if err != nil {
 		t.Fatal(err)
@@ -71,12 +55,12 @@ func TestOneShardClusterPlainClientRefreshBatch(t *testing.T) {
 	ctx := t.Context()
 	var batch []driver.Refresh
 	for i := range 10 {
-		req := driver.Request{Key: fmt.Sprint("os-", i), TTL: time.Minute, Owner: fmt.Sprint("owner-", i)}
+		req := driver.Request{Key: fmt.Sprint(prefix, i), TTL: time.Minute, Owner: fmt.Sprint("owner-", i)}
 		g, err := b.TryLock(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		g.Key, g.Owner, g.TTL = req.Key, req.Owner, req.TTL
+		g.Key, g.Owner, g.TTL = req.Key, req.Owner, req.TTL // as the portable layer fills them
 		if _, err := b.Refresh(ctx, g, time.Minute); err != nil {
 			t.Fatalf("single refresh: %v", err)
 		}

@@ -15,8 +15,10 @@ import (
 // shares a command's words sees them prefixed twice.
 type KeyPrefixHook struct{ Prefix string }
 
+// DialHook leaves dialling alone.
 func (KeyPrefixHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 
+// ProcessHook rewrites a single command's keys before it is sent.
 func (h KeyPrefixHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		h.rewrite(cmd)
@@ -24,6 +26,7 @@ func (h KeyPrefixHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook
 	}
 }
 
+// ProcessPipelineHook rewrites the keys of every command of a pipeline.
 func (h KeyPrefixHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
 		for _, c := range cmds {
