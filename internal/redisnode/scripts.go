@@ -108,8 +108,8 @@ type AcquireResult struct {
 }
 
 // The functions below are the node-level surface: each runs one script, in
-// one round trip, on one goredis.Scripter (a client or a *goredis.Conn; not
-// a pipeline), and neither retries nor validates. The single-Redis backend
+// one round trip, on one client or *goredis.Conn (not a pipeline), and
+// neither retries nor validates. The single-Redis backend
 // is built on them; the Redlock backend runs them on each of its nodes.
 
 // AcquireOn runs the acquire script: if k.Lock is free, SET it to owner for
