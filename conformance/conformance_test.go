@@ -155,15 +155,19 @@ func (b *leavesResidue) Guarantees() driver.Guarantees {
 func (b *leavesResidue) Lock(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	for {
 		g, err := b.TryLock(ctx, req)
+		if err != nil && ctx.Err() != nil {
+			// Given up while waiting, whichever call saw ctx end (a
+			// loaded machine can wake the sleep and the end together).
+			b.left.mu.Lock()
+			b.left.keys[req.Key] = true // the bug: the entry stays
+			b.left.mu.Unlock()
+			return driver.Grant{}, ctx.Err()
+		}
 		if !errors.Is(err, distlock.ErrNotAcquired) {
 			return g, err
 		}
 		select {
 		case <-ctx.Done():
-			b.left.mu.Lock()
-			b.left.keys[req.Key] = true // the bug: the entry stays
-			b.left.mu.Unlock()
-			return driver.Grant{}, ctx.Err()
 		case <-time.After(5 * time.Millisecond): // a test double; real backends wait on the server
 		}
 	}
