@@ -280,13 +280,19 @@ func judgeRandom(evs [][]Event, c Check, tg *Target, m Mode, applied []Applied, 
 			if l.lost == 0 || (l.released > 0 && l.lost >= l.released) || touches(degraded, l.worker, l.granted, l.lost) {
 				continue
 			}
-			// The holder's own process frozen by the host (no SIGSTOP of
-			// ours) for a node timeout or more in the TTL before the loss
-			// is a pause the schedule did not inject: counted apart, not
-			// claimed.
-			if frozen := time.Duration(overlap(union(stalls[l.worker], 0), l.lost-int64(tg.TTL), l.lost)); frozen >= tg.TTL/10 {
-				v.Counted[RuleLeaseKept+"/host-stall"]++
-				continue
+			// A lease that ran out (no refresh extended it before its
+			// deadline) while its holder's own process was frozen by the
+			// host for all but a renewal interval and a node timeout of
+			// the TTL before that deadline: the renewer had no time to
+			// refresh, a pause the schedule did not inject. Counted apart,
+			// not claimed. Never a loss the servers declared before the
+			// deadline: a stall cannot make a server answer early.
+			if lapsed := l.exp > 0 && l.exp <= l.lost; lapsed {
+				frozen := time.Duration(overlap(union(stalls[l.worker], 0), l.exp-int64(tg.TTL), l.exp))
+				if frozen >= tg.TTL-tg.Renew-tg.TTL/10 {
+					v.Counted[RuleLeaseKept+"/host-stall"]++
+					continue
+				}
 			}
 			add(RuleLeaseKept, "%v was lost though its holder was neither paused nor cut off, and the servers' faults stayed within the tolerance", l)
 		}
