@@ -34,14 +34,7 @@ func TestManyRenewingLeasesBatched(t *testing.T) {
 	ctx := t.Context()
 	const n = 300
 	base, _ := testutil.Goroutines("github.com/distlock/distlock")
-	leases := make([]*distlock.Lease, n)
-	for i := range leases {
-		ls, err := l.TryAcquire(ctx, fmt.Sprint("many-", i), distlock.WithTTL(900*time.Millisecond), distlock.WithAutoRenew(true))
-		if err != nil {
-			t.Fatal(err)
-		}
-		leases[i] = ls
-	}
+	leases := renewingLeases(t, l, "many-", n)
 	if g, dump := testutil.Goroutines("github.com/distlock/distlock"); g > base+2 {
 		t.Errorf("%d goroutines of the library for %d renewing leases, %d before (want at most the renewer and one call more):\n%s",
 			g, n, base, dump)
@@ -162,4 +155,19 @@ func TestRenewalDoesNotUndoRefreshTTL(t *testing.T) {
 	if got := ls.TTL(); got != 2500*time.Millisecond {
 		t.Errorf("after Refresh(WithTTL(2.5s)) returned nil, the lease's TTL is %v", got)
 	}
+}
+
+// renewingLeases takes n auto-renewing leases (TTL 900 ms, so refreshed
+// about every 300 ms) on keys prefix0, prefix1, ….
+func renewingLeases(t *testing.T, l distlock.Locker, prefix string, n int) []*distlock.Lease {
+	t.Helper()
+	leases := make([]*distlock.Lease, n)
+	for i := range leases {
+		ls, err := l.TryAcquire(t.Context(), fmt.Sprint(prefix, i), distlock.WithTTL(900*time.Millisecond), distlock.WithAutoRenew(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = ls
+	}
+	return leases
 }

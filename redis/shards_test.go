@@ -10,7 +10,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/redis"
@@ -87,16 +86,8 @@ func TestOneShardClusterPlainClientRenewal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	ctx := t.Context()
 	const n = 300
-	leases := make([]*distlock.Lease, n)
-	for i := range leases {
-		ls, err := l.TryAcquire(ctx, fmt.Sprint("e2e-", i), distlock.WithTTL(900*time.Millisecond), distlock.WithAutoRenew(true))
-		if err != nil {
-			t.Fatal(err)
-		}
-		leases[i] = ls
-	}
+	leases := renewingLeases(t, l, "e2e-", n)
 	time.Sleep(3 * time.Second)
 	lost := 0
 	for i, ls := range leases {

@@ -32,14 +32,7 @@ func TestBenchMem(t *testing.T) {
 		t.Errorf("--text file differs from stdout (%v)", err)
 	}
 
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatalf("JSON: %v", err)
-	}
+	rep := readReport(t, jsonPath)
 	if rep.Kind != "compare" || len(rep.Backends) != 2 || rep.Env.Cores < 1 || rep.Env.GoVersion == "" {
 		t.Fatalf("report: kind %q, %d backends, env %+v", rep.Kind, len(rep.Backends), rep.Env)
 	}
@@ -97,14 +90,7 @@ func TestBenchHeld(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("code %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatalf("JSON: %v", err)
-	}
+	rep := readReport(t, jsonPath)
 	if len(rep.Backends) != 1 || len(rep.Backends[0].Errors) > 0 {
 		t.Fatalf("backends %+v", rep.Backends)
 	}
@@ -113,7 +99,7 @@ func TestBenchHeld(t *testing.T) {
 		t.Helper()
 		f := be.get(row{Group: "held n=400", Name: name})
 		if f == nil {
-			t.Fatalf("no figure %q in %s", name, b)
+			t.Fatalf("no figure %q in %+v", name, be.Figures)
 		}
 		return f.Stat.Median
 	}
@@ -144,17 +130,10 @@ func TestBenchCrashProcess(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("code %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, jsonPath)
 	f := rep.Backends[0].get(row{Group: "crash", Name: "free after"})
 	if f == nil || len(f.Runs) != 1 {
-		t.Fatalf("no crash figure: %s", b)
+		t.Fatalf("no crash figure: %+v", rep.Backends[0].Figures)
 	}
 	// The key frees when the dead holder's TTL runs out: not before a
 	// renewal could have extended it, and long before a liveness bound.
@@ -164,4 +143,18 @@ func TestBenchCrashProcess(t *testing.T) {
 	if !strings.Contains(rep.Env.Servers[0], "redis 7") && !strings.Contains(rep.Env.Servers[0], "redis ") {
 		t.Errorf("server version not recorded: %q", rep.Env.Servers[0])
 	}
+}
+
+// readReport reads the JSON report a run wrote to path.
+func readReport(t *testing.T, path string) Report {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("JSON: %v", err)
+	}
+	return rep
 }
