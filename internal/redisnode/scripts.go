@@ -182,8 +182,8 @@ func refreshKeys(k Keys, withValue bool) []string {
 // RefreshManyOn runs the refresh script for every lock, all in one
 // pipeline: ok[i] reports whether lock i was still ours, errs[i] its own
 // failure. If the server does not have the script (first use, a restart,
-// SCRIPT FLUSH), it is loaded and those locks are sent again: extending
-// twice is harmless.
+// SCRIPT FLUSH), those locks are sent again as EVAL: extending twice is
+// harmless.
 // Each lock is a script call of its own: its keys share one hash slot, a
 // call mixing locks would not (a cluster refuses it; a ring or a proxy
 // routes it by its first key, to one shard, where the other locks are not).
