@@ -114,3 +114,33 @@ func TestCheckRepeatedTokenAccepted(t *testing.T) {
 		t.Fatalf("stale accepts = %d for one holder writing twice, want 0", c.StaleAccepts)
 	}
 }
+
+// TestSupersededRefusals: beyond the claim, a refusal while the lease stood
+// is the fence's job only if a larger token was granted to another holder
+// after that lease's grant and before the write; the resumed targeted
+// holder and a later holder superseded in turn are both excused, a refusal
+// with no larger grant before it is not.
+func TestSupersededRefusals(t *testing.T) {
+	refused := func(w int, tok, t int64) Event {
+		e := wr(w, tok, t-1, t, 0, "stale")
+		e.Valid = true
+		return e
+	}
+	evs := [][]Event{
+		// the targeted holder (token 5), superseded at 20 by token 7
+		{acq(0, 5, 10), refused(0, 5, 30), rel(0, 5, 31)},
+		// the second holder (token 7), superseded in turn at 40 by token 9
+		{acq(1, 7, 20), refused(1, 7, 45), rel(1, 7, 46)},
+		// token 9: refused with no larger grant since its own (at 40)
+		{acq(2, 9, 40), refused(2, 9, 50), rel(2, 9, 51)},
+	}
+	n, targeted := supersededRefusals(evs, 5)
+	if n != 2 || targeted != 1 {
+		t.Fatalf("excused %d refusals (%d of the targeted token); want 2 and 1", n, targeted)
+	}
+	// The targeted holder refused before any larger grant: not excused.
+	evs[0] = []Event{acq(0, 5, 10), refused(0, 5, 15), rel(0, 5, 16)}
+	if n, _ := supersededRefusals(evs, 5); n != 1 {
+		t.Fatalf("excused %d refusals; want 1 (only token 7's)", n)
+	}
+}

@@ -61,8 +61,10 @@ type Fault struct {
 	// Supersedes marks the faults that, by design, hand the lock to a
 	// second holder while the targeted lease still stands by its own clock
 	// (a clock jump, which the backend declares it cannot survive). The
-	// fence must then refuse the targeted holder: its refused writes are
-	// not counted as legitimate writes rejected. Every other write is.
+	// fence must then refuse the targeted holder, and any holder the
+	// hand-overs after it supersede in turn: a write refused after another
+	// holder was granted a larger token since its lease's grant is not
+	// counted as a legitimate write rejected. Every other refusal is.
 	Supersedes bool
 	// Settle is the least time the scenario runs after the fault, so that
 	// the backend can recover (an etcd proposal caught by a leader's death
