@@ -29,6 +29,8 @@ var (
 	raiseSrc string
 	//go:embed lua/extend.lua
 	extendSrc string
+	//go:embed lua/extend_held.lua
+	extendHeldSrc string
 	//go:embed lua/inspect.lua
 	inspectSrc string
 	//go:embed lua/acquire_token_restart.lua
@@ -47,8 +49,9 @@ var (
 
 // The scripts of batched calls, by their words.
 var (
-	refreshWords = newWordScript(refreshSrc)
-	extendWords  = newWordScript(extendSource)
+	refreshWords    = newWordScript(refreshSrc)
+	extendWords     = newWordScript(extendSource)
+	extendHeldWords = newWordScript(extendHeldSrc)
 )
 
 // Doer runs one command given as its words: a *goredis.Client, a
@@ -197,7 +200,8 @@ func RefreshManyOn(ctx context.Context, c goredis.UniversalClient, locks []Refre
 		}
 	}
 	ok = make([]bool, len(locks))
-	errs = calls.send(ctx, c, refreshWords, "refresh", func(i int, n int64) error {
+	errs = make([]error, len(locks))
+	calls.send(ctx, c, refreshWords, "refresh", all(len(locks)), errs, func(i int, n int64) error {
 		ok[i] = n == 1
 		return nil
 	})
@@ -224,22 +228,48 @@ func ExtendManyOn(ctx context.Context, c goredis.UniversalClient, locks []Extend
 // ExtendBatch is ExtendManyOn's script calls, built once so that Redlock
 // sends the same calls to every node without building them per node. On
 // may run on several nodes at once.
-type ExtendBatch struct{ calls batch }
+type ExtendBatch struct {
+	calls batch // nil for a lock refused before sending (negative token)
+}
 
 // NewExtendBatch builds the script calls that extend locks.
 func NewExtendBatch(locks []Extend) *ExtendBatch {
 	calls := make(batch, len(locks))
 	for i, l := range locks {
+		if l.Token < 0 {
+			continue // as ExtendOn: On reports it
+		}
 		calls[i] = []any{nil, nil, 5, l.Keys.Lock, l.Keys.Counter, l.Keys.GoneFor(l.Owner), l.Keys.Retake,
 			l.Keys.Holder, l.Owner, millis(l.TTL), strconv.FormatInt(int64(l.Token), 10), l.Nonce, l.Value}
 	}
 	return &ExtendBatch{calls}
 }
 
-// On runs the batch on one node, as ExtendManyOn does.
+// On runs the batch on one node, as ExtendManyOn does. On a plain
+// client the locks still ours there are extended extendHeldChunk to a
+// script call first (extend_held.lua: the fixed cost of a call is most of a
+// renewal's), and only the rest get extend.lua, one call each; a Ring or a
+// Cluster client gets extend.lua for every lock, since a call mixing locks
+// would reach one shard (or be refused across slots).
 func (b *ExtendBatch) On(ctx context.Context, c goredis.UniversalClient) (res []Extended, errs []error) {
 	res = make([]Extended, len(b.calls))
-	errs = b.calls.send(ctx, c, extendWords, "extend", func(i int, n int64) error {
+	errs = make([]error, len(b.calls))
+	sendable := make([]int, 0, len(b.calls))
+	for i, call := range b.calls {
+		if call == nil {
+			errs[i] = errors.New("extend script: negative token")
+		} else {
+			sendable = append(sendable, i)
+		}
+	}
+	todo := sendable
+	if _, plain := c.(*goredis.Client); plain && len(sendable) > 1 {
+		todo = b.extendHeld(ctx, c, sendable, res, make([]int, 0, len(sendable)))
+	}
+	if len(todo) == 0 {
+		return res, errs
+	}
+	b.calls.send(ctx, c, extendWords, "extend", todo, errs, func(i int, n int64) error {
 		if n < 0 || n > 2 {
 			return fmt.Errorf("extend script: unexpected reply %d", n)
 		}
@@ -249,23 +279,87 @@ func (b *ExtendBatch) On(ctx context.Context, c goredis.UniversalClient) (res []
 	return res, errs
 }
 
+// all is the indexes 0..n-1.
+func all(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}
+
+// extendHeldChunk is how many locks one extend_held.lua call carries.
+const extendHeldChunk = 64
+
+// extendHeld runs extend_held.lua over the locks, in one pipeline, and
+// records the locks it extended (or that an earlier send of this refresh
+// took back) in res; it appends to todo, and returns, the others: those it left
+// to extend.lua, and every lock of a call that failed (CROSSSLOT on a
+// cluster-mode server, a lost connection), whose own call then reports it.
+func (b *ExtendBatch) extendHeld(ctx context.Context, c goredis.UniversalClient, locks []int, res []Extended, todo []int) []int {
+	var chunks [][]int // indexes into b.calls
+	for lo := 0; lo < len(locks); lo += extendHeldChunk {
+		chunks = append(chunks, locks[lo:min(lo+extendHeldChunk, len(locks))])
+	}
+	// words builds a chunk's call afresh for every send (hooks may rewrite
+	// words in place): from each lock's extend.lua words, its lock, retake
+	// and holder keys, then its owner, TTL, token, nonce and value.
+	words := func(ch []int, noScript bool) []any {
+		w := make([]any, 3, 3+8*len(ch))
+		w[2] = 3 * len(ch)
+		for _, i := range ch {
+			w = append(w, b.calls[i][3], b.calls[i][6], b.calls[i][7])
+		}
+		for _, i := range ch {
+			w = append(w, b.calls[i][8:13]...)
+		}
+		return extendHeldWords.words(w, noScript)
+	}
+	pending := all(len(chunks))
+	for round := 0; len(pending) > 0; round++ {
+		pipe := c.Pipeline()
+		cmds := make([]*goredis.Cmd, len(pending))
+		for j, k := range pending {
+			cmds[j] = pipe.Do(ctx, words(chunks[k], round > 0)...)
+		}
+		_, _ = pipe.Exec(ctx) // each call carries its own outcome
+		var again []int
+		for j, k := range pending {
+			ch := chunks[k]
+			got, err := cmds[j].Int64Slice()
+			switch {
+			case err != nil && round == 0 && goredis.HasErrorPrefix(err, "NOSCRIPT"):
+				again = append(again, k)
+				continue
+			case err != nil || len(got) != len(ch):
+				got = nil // every lock of the call goes to extend.lua
+			}
+			for x, i := range ch {
+				if got != nil && (got[x] == int64(ExtendRenewed) || got[x] == int64(ExtendRetaken)) {
+					res[i] = Extended(got[x])
+				} else {
+					todo = append(todo, i)
+				}
+			}
+		}
+		pending = again
+	}
+	return todo
+}
+
 // batch is the words of one script call per lock (the first two left for
 // the command and the script), built once and only read: each send, to
 // each node, copies them, since hooks may rewrite a command's words in
 // place (one allocation a call, where building them is several).
 type batch [][]any
 
-// send runs the calls in one pipeline; got takes lock i's integer reply. It
-// returns each lock's error. The calls that met NOSCRIPT (first use, a
-// restart, SCRIPT FLUSH) are sent again, once, as EVAL: routed per lock,
-// and loading the script on the shard where it runs.
+// send runs the calls todo (indexes into b) in one pipeline; got takes
+// lock i's integer reply, and errs[i] gets lock i's error. The calls that
+// met NOSCRIPT (first use, a restart, SCRIPT FLUSH) are sent again, once,
+// as EVAL: routed per lock, and loading the script on the shard where it
+// runs.
 func (b batch) send(ctx context.Context, c goredis.UniversalClient, s wordScript, name string,
-	got func(i int, n int64) error) []error {
-	errs := make([]error, len(b))
-	todo := make([]int, len(b))
-	for i := range todo {
-		todo[i] = i
-	}
+	todo []int, errs []error, got func(i int, n int64) error) {
 	for round := 0; len(todo) > 0; round++ {
 		cmds := make([]*goredis.Cmd, len(todo))
 		pipe := c.Pipeline()
@@ -287,7 +381,6 @@ func (b batch) send(ctx context.Context, c goredis.UniversalClient, s wordScript
 		}
 		todo = again
 	}
-	return errs
 }
 
 // ReleaseOn runs the release script: DEL k.Lock if it still holds owner
