@@ -29,8 +29,6 @@ var (
 	raiseSrc string
 	//go:embed lua/extend.lua
 	extendSrc string
-	//go:embed lua/extend_held.lua
-	extendHeldSrc string
 	//go:embed lua/inspect.lua
 	inspectSrc string
 	//go:embed lua/acquire_token_restart.lua
@@ -49,9 +47,8 @@ var (
 
 // The scripts of batched calls, by their words.
 var (
-	refreshWords    = newWordScript(refreshSrc)
-	extendWords     = newWordScript(extendSource)
-	extendHeldWords = newWordScript(extendHeldSrc)
+	refreshWords = newWordScript(refreshSrc)
+	extendWords  = newWordScript(extendSource)
 )
 
 // Doer runs one command given as its words: a *goredis.Client, a
@@ -245,29 +242,22 @@ func NewExtendBatch(locks []Extend) *ExtendBatch {
 	return &ExtendBatch{calls}
 }
 
-// On runs the batch on one node, as ExtendManyOn does. On a plain
-// client the locks still ours there are extended extendHeldChunk to a
-// script call first (extend_held.lua: the fixed cost of a call is most of a
-// renewal's), and only the rest get extend.lua, one call each; a Ring or a
-// Cluster client gets extend.lua for every lock, since a call mixing locks
-// would reach one shard (or be refused across slots).
+// On runs the batch on one node, as ExtendManyOn does: one script call
+// per lock, routed by that lock's keys. (A call carrying many locks was
+// tried twice and broken twice: it reaches one server, where a Ring, a
+// cluster or a proxy routing by first key does not keep the other locks,
+// and a proxy that routes a key elsewhere for a while leaves a stale copy
+// there that such a call extends and reports held.)
 func (b *ExtendBatch) On(ctx context.Context, c goredis.UniversalClient) (res []Extended, errs []error) {
 	res = make([]Extended, len(b.calls))
 	errs = make([]error, len(b.calls))
-	sendable := make([]int, 0, len(b.calls))
+	todo := make([]int, 0, len(b.calls))
 	for i, call := range b.calls {
 		if call == nil {
 			errs[i] = errors.New("extend script: negative token")
 		} else {
-			sendable = append(sendable, i)
+			todo = append(todo, i)
 		}
-	}
-	todo := sendable
-	if _, plain := c.(*goredis.Client); plain && len(sendable) > 1 {
-		todo = b.extendHeld(ctx, c, sendable, res, make([]int, 0, len(sendable)))
-	}
-	if len(todo) == 0 {
-		return res, errs
 	}
 	b.calls.send(ctx, c, extendWords, "extend", todo, errs, func(i int, n int64) error {
 		if n < 0 || n > 2 {
@@ -286,65 +276,6 @@ func all(n int) []int {
 		s[i] = i
 	}
 	return s
-}
-
-// extendHeldChunk is how many locks one extend_held.lua call carries.
-const extendHeldChunk = 64
-
-// extendHeld runs extend_held.lua over the locks, in one pipeline, and
-// records the locks it extended (or that an earlier send of this refresh
-// took back) in res; it appends to todo, and returns, the others: those it left
-// to extend.lua, and every lock of a call that failed (CROSSSLOT on a
-// cluster-mode server, a lost connection), whose own call then reports it.
-func (b *ExtendBatch) extendHeld(ctx context.Context, c goredis.UniversalClient, locks []int, res []Extended, todo []int) []int {
-	var chunks [][]int // indexes into b.calls
-	for lo := 0; lo < len(locks); lo += extendHeldChunk {
-		chunks = append(chunks, locks[lo:min(lo+extendHeldChunk, len(locks))])
-	}
-	// words builds a chunk's call afresh for every send (hooks may rewrite
-	// words in place): from each lock's extend.lua words, its lock, retake
-	// and holder keys, then its owner, TTL, token, nonce and value.
-	words := func(ch []int, noScript bool) []any {
-		w := make([]any, 3, 3+8*len(ch))
-		w[2] = 3 * len(ch)
-		for _, i := range ch {
-			w = append(w, b.calls[i][3], b.calls[i][6], b.calls[i][7])
-		}
-		for _, i := range ch {
-			w = append(w, b.calls[i][8:13]...)
-		}
-		return extendHeldWords.words(w, noScript)
-	}
-	pending := all(len(chunks))
-	for round := 0; len(pending) > 0; round++ {
-		pipe := c.Pipeline()
-		cmds := make([]*goredis.Cmd, len(pending))
-		for j, k := range pending {
-			cmds[j] = pipe.Do(ctx, words(chunks[k], round > 0)...)
-		}
-		_, _ = pipe.Exec(ctx) // each call carries its own outcome
-		var again []int
-		for j, k := range pending {
-			ch := chunks[k]
-			got, err := cmds[j].Int64Slice()
-			switch {
-			case err != nil && round == 0 && goredis.HasErrorPrefix(err, "NOSCRIPT"):
-				again = append(again, k)
-				continue
-			case err != nil || len(got) != len(ch):
-				got = nil // every lock of the call goes to extend.lua
-			}
-			for x, i := range ch {
-				if got != nil && (got[x] == int64(ExtendRenewed) || got[x] == int64(ExtendRetaken)) {
-					res[i] = Extended(got[x])
-				} else {
-					todo = append(todo, i)
-				}
-			}
-		}
-		pending = again
-	}
-	return todo
 }
 
 // batch is the words of one script call per lock (the first two left for
