@@ -100,7 +100,7 @@ const abandonFirstRetry = 50 * time.Millisecond
 // attempt, then wait for a release notice (bounded by the holder's
 // remaining TTL) or a jittered exponential back-off, and try again. Each
 // attempt gets a new owner value in req; on success req holds the winner's.
-func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settings) (driver.Grant, time.Time, error) {
+func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settings) (_ driver.Grant, _ time.Time, err error) {
 	// Release notices are subscribed to only once an attempt finds the key
 	// held: a free key costs one round trip and no subscription.
 	var sub driver.Subscription
@@ -108,6 +108,17 @@ func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settin
 	defer func() {
 		if sub != nil {
 			_ = sub.Close()
+		}
+	}()
+	req.Waiter = req.Owner
+	contended := false // an attempt found the key held: a queueing backend may have queued us
+	defer func() {
+		if dq, ok := l.b.(driver.Dequeuer); ok && err != nil && contended {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ReleaseTimeout)
+			if derr := dq.Dequeue(dctx, req.Key, req.Waiter); derr != nil {
+				l.log(slog.LevelDebug, "leaving the wait queue failed; the place frees at its deadline", req.Key, derr)
+			}
+			cancel()
 		}
 	}()
 	var unreachable error // the last transient failure, for the caller if ctx ends
@@ -136,6 +147,7 @@ func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settin
 		if err == nil || !errors.Is(err, ErrNotAcquired) {
 			return g, start, err
 		}
+		contended = true
 		l.observe(ctx, Event{Kind: EventContended, Key: req.Key})
 		if !subscribed {
 			subscribed = true

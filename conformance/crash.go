@@ -22,7 +22,7 @@ var ErrCrashed = errors.New("conformance: backend crashed")
 // without ending the session.
 //
 // A Crashable keeps every capability of the wrapped backend (Lock,
-// Subscribe, RefreshBatch, Inspect, Watch) and forwards As.
+// Subscribe, RefreshBatch, Dequeue, Inspect, Watch) and forwards As.
 type Crashable struct {
 	driver.Backend
 	crashed atomic.Bool
@@ -74,6 +74,19 @@ func (c *Crashable) RefreshBatch(ctx context.Context, batch []driver.Refresh) er
 		return driver.ErrUnsupported
 	}
 	return br.RefreshBatch(ctx, batch)
+}
+
+// Dequeue forwards to the backend's driver.Dequeuer (nothing to do
+// without one); it fails with ErrCrashed after Crash, as a crashed process
+// leaves its place in a queue behind.
+func (c *Crashable) Dequeue(ctx context.Context, key, waiter string) error {
+	if c.crashed.Load() {
+		return ErrCrashed
+	}
+	if dq, ok := c.Backend.(driver.Dequeuer); ok {
+		return dq.Dequeue(ctx, key, waiter)
+	}
+	return nil
 }
 
 // Unlock fails with ErrCrashed after Crash, else forwards.

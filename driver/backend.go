@@ -101,6 +101,10 @@ type Request struct {
 	// the backend stores it with the lock for Inspect to report; "" means
 	// none.
 	Value string
+	// Waiter is set on every attempt of a waiting Acquire, the same on all
+	// of them (its first attempt's Owner), and is "" for TryAcquire: a
+	// backend may keep waiters in the order they came (see Dequeuer).
+	Waiter string
 }
 
 // Grant describes a lock a backend handed out. Key, Owner, TTL and Drift
@@ -150,6 +154,15 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Dequeuer is an optional interface of a Backend that may keep a waiting
+// Acquire's Request.Waiter queued between its attempts: the portable layer
+// calls Dequeue when such an Acquire ends without the lock (its ctx ended,
+// an error), so that the waiter stops holding up those behind it. A grant
+// takes its own waiter out.
+type Dequeuer interface {
+	Dequeue(ctx context.Context, key, waiter string) error
 }
 
 // BatchRefresher is an optional interface of a Backend that can refresh

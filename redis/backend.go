@@ -20,6 +20,7 @@ type backend struct {
 	client      goredis.UniversalClient
 	prefix      string
 	wait        waitSetting
+	fair        time.Duration // the hand-off window of WithFairQueue; 0: no queue
 	closeClient bool
 	notifier    *redisnode.Notifier
 	unroute     func() // ends the routing of go-redis's logs (Open's clients)
@@ -76,7 +77,7 @@ var guarantees = distlock.Guarantees{
 		"a failover to a lagging replica, or a restart without appendfsync always, can lose held locks; WithWaitReplicas runs WAIT after each acquire and refresh to narrow the failover window",
 		"tokens still increase across restarts and failovers while server clocks differ by less than the restart or failover takes (a lost or lagging counter restarts from the server's clock in µs)",
 		"maxmemory-policy allkeys-* can evict the token counter; the backend warns, or refuses with WithEvictionCheck(EvictionRefuse)",
-		"waiters are woken by pub/sub, not in FIFO order",
+		"waiters are woken by pub/sub and race for the lock, not in FIFO order, unless WithFairQueue keeps them in order (TryAcquire takes a free lock regardless)",
 	},
 }
 
@@ -95,7 +96,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	if b.wait.n > 0 {
 		err = b.onConn(ctx, k, func(c *goredis.Conn) error {
 			var err error
-			if r, err = redisnode.AcquireOn(ctx, c, k, req.Owner, req.TTL, req.Value); err != nil || !r.Acquired {
+			if r, err = b.acquireOn(ctx, c, k, req); err != nil || !r.Acquired {
 				return err
 			}
 			if err := b.waitReplicas(ctx, c); err != nil {
@@ -109,7 +110,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 			return nil
 		})
 	} else {
-		r, err = redisnode.AcquireOn(ctx, b.client, k, req.Owner, req.TTL, req.Value)
+		r, err = b.acquireOn(ctx, b.client, k, req)
 	}
 	if err != nil {
 		return driver.Grant{}, err
@@ -118,6 +119,25 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 		return driver.Grant{}, &distlock.HeldError{Key: req.Key, RetryAfter: max(r.HolderTTL, 0)}
 	}
 	return driver.Grant{Token: r.Token, Handle: &handle{keys: k, withValue: req.Value != ""}}, nil
+}
+
+// acquireOn runs one attempt on c: in the fair queue when there is one and
+// the attempt is a waiting Acquire's.
+func (b *backend) acquireOn(ctx context.Context, c redisnode.Doer, k Keys, req driver.Request) (redisnode.AcquireResult, error) {
+	if b.fair > 0 && req.Waiter != "" {
+		return redisnode.AcquireFairOn(ctx, c, k, req.Owner, req.TTL, req.Value, req.Waiter, b.fair)
+	}
+	return redisnode.AcquireOn(ctx, c, k, req.Owner, req.TTL, req.Value)
+}
+
+// Dequeue implements driver.Dequeuer: a waiting Acquire that ended without
+// the lock leaves the fair queue (nothing to do without one).
+func (b *backend) Dequeue(ctx context.Context, key, waiter string) error {
+	if b.fair == 0 {
+		return nil
+	}
+	_, err := redisnode.DequeueOn(ctx, b.client, redisnode.KeysFor(b.prefix, key), waiter)
+	return err
 }
 
 func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
@@ -191,7 +211,15 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	} else {
 		k = redisnode.KeysFor(b.prefix, g.Key)
 	}
-	ok, err := redisnode.ReleaseOn(ctx, b.client, k, g.Owner, tomb, g.Handle == nil || withValue(g))
+	var (
+		ok  bool
+		err error
+	)
+	if b.fair > 0 {
+		ok, err = redisnode.ReleaseFairOn(ctx, b.client, k, g.Owner, tomb, b.fair)
+	} else {
+		ok, err = redisnode.ReleaseOn(ctx, b.client, k, g.Owner, tomb, g.Handle == nil || withValue(g))
+	}
 	switch {
 	case err != nil:
 		return err

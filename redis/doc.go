@@ -35,6 +35,27 @@
 // [WithKeyPrefix]; [distlock.Lease.As] with a *[Keys] gives a lease's key
 // names. Short-lived tombstones (distlock:{orders/42}:gone:<owner value>)
 // keep a late retry of a released attempt from taking the lock again.
+// With [WithFairQueue], distlock:{orders/42}:waiters and
+// :waiter-deadlines (sorted sets) hold the waiters; they expire with the
+// last waiter's deadline.
+//
+// # Fair queue
+//
+// By default a release wakes every waiter and they race, with each other
+// and with new attempts, so an unlucky waiter can lose many rounds in a row.
+// [WithFairQueue] (URL fair=true) keeps waiting Acquires in the order they
+// first found the lock held: an attempt of a waiter takes a free lock only
+// when no live waiter came before it, and is otherwise queued and told how
+// long to wait. A release gives the first waiter a window (250 ms by
+// default) to take the lock; a waiter that does not come back by its
+// deadline (the time it was told to wait, plus the window) loses its place,
+// so a waiter whose process died holds the others up for about one window,
+// and one that gives up (ctx) leaves the queue at once. TryAcquire takes a
+// free lock whoever waits, as the fair locks of java.util.concurrent do,
+// and so does a Locker without the option: give every Locker of a key the
+// same setting. The queue only decides who may take a free lock; mutual
+// exclusion and tokens are as without it. It costs a command or two per
+// acquire and release, and a notice round trip per hand-off.
 //
 // # Guarantees
 //
@@ -57,7 +78,8 @@
 // evict the token counter; the next token then still comes from the clock,
 // but the backend checks the policy when it starts and warns, or refuses
 // with [WithEvictionCheck]. volatile-* policies can evict held locks early.
-// Locks are not FIFO: any waiter may win after a release.
+// Locks are not FIFO unless [WithFairQueue] is set: any waiter may win
+// after a release.
 //
 // # Inspection
 //

@@ -72,3 +72,22 @@ func ExampleKeys() {
 		fmt.Println("token counter", k.Counter, "=", client.Get(ctx, k.Counter).Val())
 	}
 }
+
+// Waiters taken in the order they came, for a contended key where a long
+// wait for some callers is worse than a slower hand-off for all: every
+// Locker of the key gets the option. (No Output: it needs a server.)
+func ExampleWithFairQueue() {
+	ctx := context.Background()
+	locker, err := distlock.Open(ctx, "redis://localhost:6379/0?fair=true") // or redis.WithFairQueue(0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	lease, err := locker.Acquire(wctx, "ledger") // queued behind earlier waiters
+	if err != nil {
+		log.Fatal(err) // a waiter that gives up leaves the queue
+	}
+	defer lease.Release(ctx)
+}

@@ -21,6 +21,8 @@ import (
 //	wait_replicas=1       WithWaitReplicas (with wait_timeout, default 1s)
 //	wait_timeout=500ms
 //	eviction=warn|refuse|ignore   WithEvictionCheck
+//	fair=true             WithFairQueue (with fair_window, default 250ms)
+//	fair_window=100ms
 //
 // and every go-redis ParseURL parameter (db in the path, dial_timeout, …);
 // anything else is an error. A URL without a host is ErrInvalidURL. The
@@ -59,6 +61,11 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 		default:
 			return nil, fmt.Errorf("%w: parameter eviction=%q: want warn, refuse or ignore", distlock.ErrInvalidURL, s)
 		}
+	}
+	fair, hasFair := q.Bool("fair")
+	window, hasWindow := q.Duration("fair_window")
+	if (hasFair && fair) || (hasWindow && !hasFair) {
+		bopts = append(bopts, WithFairQueue(window))
 	}
 	if err := q.Err(); err != nil {
 		return nil, err

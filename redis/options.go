@@ -45,6 +45,7 @@ type (
 	waitKey        struct{}
 	evictionKey    struct{}
 	closeClientKey struct{}
+	fairKey        struct{}
 )
 
 type waitSetting struct {
@@ -60,6 +61,30 @@ func WithKeyPrefix(prefix string) distlock.Option {
 		return driver.InvalidOption("redis: key prefix %q contains a brace", prefix)
 	}
 	return driver.BackendOption("redis", "WithKeyPrefix", prefixKey{}, prefix)
+}
+
+// DefaultFairWindow is the hand-off window of WithFairQueue when none is
+// given.
+const DefaultFairWindow = 250 * time.Millisecond
+
+// WithFairQueue makes waiting Acquires take the lock in the order they
+// first found it held, as Redisson's fair lock does, instead of racing on
+// every release (the default, where an unlucky waiter can lose many rounds
+// in a row). The waiters are kept in a sorted set next to the lock; at a
+// release the first of them has window (DefaultFairWindow if 0) to come and
+// take it, after which its place lapses, so a waiter whose process died
+// holds the others up for about one window. TryAcquire still takes a free
+// lock whoever waits, as the fair locks of java.util.concurrent do. Every
+// Locker of a key should use the same setting: a Locker without it takes a
+// free lock ahead of the queue. A negative window is ErrInvalidOption.
+func WithFairQueue(window time.Duration) distlock.Option {
+	if window < 0 {
+		return driver.InvalidOption("redis: fair queue window %v is negative", window)
+	}
+	if window == 0 {
+		window = DefaultFairWindow
+	}
+	return driver.BackendOption("redis", "WithFairQueue", fairKey{}, window)
 }
 
 // WithWaitReplicas makes every acquire and refresh wait, with Redis's WAIT,

@@ -80,6 +80,7 @@ func newBackend(ctx context.Context, client goredis.UniversalClient, opts []dist
 		}
 	}
 	closeClient, _ := driver.BackendValue[bool](o, closeClientKey{})
+	fair, _ := driver.BackendValue[time.Duration](o, fairKey{})
 	mode, _ := driver.BackendValue[EvictionCheck](o, evictionKey{})
 	logger := o.Logger
 	if logger == nil {
@@ -89,7 +90,7 @@ func newBackend(ctx context.Context, client goredis.UniversalClient, opts []dist
 		return nil, err
 	}
 	return &backend{
-		client: client, prefix: prefix, wait: wait, closeClient: closeClient,
+		client: client, prefix: prefix, wait: wait, closeClient: closeClient, fair: fair,
 		notifier: redisnode.NewNotifier(client, prefix),
 	}, nil
 }

@@ -45,12 +45,12 @@ func newLocker(t testing.TB, addr string, opts ...distlock.Option) distlock.Lock
 // harness runs the conformance suite on client(): a crash stops the
 // Locker's calls (no release, no renewal) and drops its client; a forced
 // expiry DELs the lock key through a separate admin client.
-func harness(admin goredis.UniversalClient, client func() goredis.UniversalClient, prefix string) conformance.Harness {
+func harness(admin goredis.UniversalClient, client func() goredis.UniversalClient, prefix string, opts ...distlock.Option) conformance.Harness {
 	var reg conformance.CrashRegistry
 	return conformance.Harness{
 		NewLocker: func(ctx context.Context) (distlock.Locker, error) {
 			c := client()
-			b, err := redis.NewBackend(c, redis.WithKeyPrefix(prefix), redis.WithCloseClient(true))
+			b, err := redis.NewBackend(c, append([]distlock.Option{redis.WithKeyPrefix(prefix), redis.WithCloseClient(true)}, opts...)...)
 			if err != nil {
 				_ = c.Close()
 				return nil, err
@@ -84,6 +84,15 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, harness(admin, func() goredis.UniversalClient {
 		return goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	}, "conf:"))
+}
+
+// The whole suite holds with waiters kept in a fair queue.
+func TestConformanceFairQueue(t *testing.T) {
+	srv := testserver.Redis(t)
+	admin := newClient(t, srv.Addr())
+	conformance.Run(t, harness(admin, func() goredis.UniversalClient {
+		return goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	}, "fair:", redis.WithFairQueue(100*time.Millisecond)))
 }
 
 // commandCalls returns the calls per command from INFO commandstats.

@@ -21,6 +21,12 @@ type Keys struct {
 	Holder string
 }
 
+// Queue names the keys of the lock's fair queue (the redis backend's
+// WithFairQueue): the waiters in the order they came, and their deadlines.
+func (k Keys) Queue() (waiters, deadlines string) {
+	return k.Lock + ":waiters", k.Lock + ":waiter-deadlines"
+}
+
 // GoneFor names owner's tombstone: it exists, for about a TTL, once a
 // release of owner ran, so that a late acquire or retake of owner is refused.
 func (k Keys) GoneFor(owner string) string { return k.Gone + ":" + owner }
@@ -33,6 +39,8 @@ func (k Keys) GoneFor(owner string) string { return k.Gone + ":" + owner }
 //	<prefix>{<key>}:gone:<o>   tombstone of owner o's release (short-lived)
 //	<prefix>{<key>}:retake     Redlock's retake marker (short-lived)
 //	<prefix>{<key>}:holder     holder record: owner, token, value (expires with the lock)
+//	<prefix>{<key>}:waiters    fair queue: waiters by arrival (WithFairQueue; expires with the last)
+//	<prefix>{<key>}:waiter-deadlines  fair queue: each waiter's deadline
 //
 // In the tag, "%" becomes "%25" and "}" becomes "%7D", so a key cannot end
 // the hash tag early (or leave it empty) and distinct keys stay distinct.

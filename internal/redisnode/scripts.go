@@ -29,6 +29,8 @@ var (
 	raiseSrc string
 	//go:embed lua/extend.lua
 	extendSrc string
+	//go:embed lua/dequeue.lua
+	dequeueSrc string
 	//go:embed lua/inspect.lua
 	inspectSrc string
 	//go:embed lua/acquire_token_restart.lua
@@ -39,6 +41,7 @@ var (
 	acquire       = newWordScript(mutation.Pick("token-restart", acquireTokenRestartSrc, acquireSrc)) // mutation: token-restart
 	refreshScript = goredis.NewScript(refreshSrc)
 	release       = newWordScript(releaseSrc)
+	dequeue       = newWordScript(dequeueSrc)
 	raiseScript   = goredis.NewScript(raiseSrc)
 	extendSource  = mutation.Pick("redlock-no-repair", extendNoRepairSrc, extendSrc) // mutation: redlock-no-repair
 	extendScript  = goredis.NewScript(extendSource)
@@ -127,6 +130,34 @@ func AcquireOn(ctx context.Context, c Doer, k Keys, owner string, ttl time.Durat
 		}
 		return []any{nil, nil, 4, k.Lock, k.Counter, gone, k.Holder, owner, ms, value}
 	}))
+}
+
+// AcquireFairOn is AcquireOn for one attempt of a waiting Acquire in a
+// fair queue: the lock is taken only if no live waiter came before waiter
+// (the same on every attempt of that Acquire); otherwise waiter is queued
+// (or stays queued) and HolderTTL says how long to wait: the holder's PTTL,
+// or, while the lock is free, the first waiter's time left to take it. A
+// waiter's place lapses window after the time it was told to wait.
+func AcquireFairOn(ctx context.Context, c Doer, k Keys, owner string, ttl time.Duration, value, waiter string, window time.Duration) (AcquireResult, error) {
+	gone, ms := k.GoneFor(owner), millis(ttl)
+	waiters, deadlines := k.Queue()
+	return acquireResult(acquire.run(ctx, c, func() []any {
+		return []any{nil, nil, 6, k.Lock, k.Counter, gone, k.Holder, waiters, deadlines, owner, ms, value, waiter, millis(window)}
+	}))
+}
+
+// DequeueOn takes waiter out of k's fair queue (its Acquire ended without
+// the lock), and wakes the next waiter if it was first and the lock is
+// free. It reports whether waiter was queued.
+func DequeueOn(ctx context.Context, c Doer, k Keys, waiter string) (bool, error) {
+	waiters, deadlines := k.Queue()
+	n, err := dequeue.run(ctx, c, func() []any {
+		return []any{nil, nil, 3, k.Lock, waiters, deadlines, waiter, k.Channel}
+	}).Int64()
+	if err != nil {
+		return false, fmt.Errorf("dequeue script: %w", err)
+	}
+	return n == 1, nil
 }
 
 // acquireResult decodes the acquire script's one value: the token (a
@@ -322,12 +353,27 @@ func (b batch) send(ctx context.Context, c goredis.UniversalClient, s wordScript
 // or Redlock retake by owner (a request still on its way): pass the TTL the
 // lock was taken with when such a request may exist, zero otherwise.
 func ReleaseOn(ctx context.Context, c Doer, k Keys, owner string, tombstone time.Duration, withRecord bool) (bool, error) {
+	return releaseOn(ctx, c, k, owner, tombstone, withRecord, 0)
+}
+
+// ReleaseFairOn is ReleaseOn for a lock with a fair queue: the first
+// waiter then has window from the release to take the lock, past which
+// its place lapses.
+func ReleaseFairOn(ctx context.Context, c Doer, k Keys, owner string, tombstone, window time.Duration) (bool, error) {
+	return releaseOn(ctx, c, k, owner, tombstone, true, window)
+}
+
+func releaseOn(ctx context.Context, c Doer, k Keys, owner string, tombstone time.Duration, withRecord bool, window time.Duration) (bool, error) {
 	tomb, gone := "0", k.Lock // without a tombstone the script leaves KEYS[2] alone: no name to build
 	if tombstone > 0 {
 		tomb, gone = strconv.FormatInt(millis(tombstone), 10), k.GoneFor(owner)
 	}
 	n, err := release.run(ctx, c, func() []any {
-		if withRecord {
+		switch {
+		case window > 0:
+			waiters, deadlines := k.Queue()
+			return []any{nil, nil, 5, k.Lock, gone, k.Holder, waiters, deadlines, owner, k.Channel, tomb, millis(window)}
+		case withRecord:
 			return []any{nil, nil, 3, k.Lock, gone, k.Holder, owner, k.Channel, tomb}
 		}
 		return []any{nil, nil, 2, k.Lock, gone, owner, k.Channel, tomb}

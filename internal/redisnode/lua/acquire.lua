@@ -3,8 +3,17 @@
 -- KEYS[3] this owner's tombstone key (set by a release of it, see release.lua),
 -- KEYS[4] (with ARGV[3] only) holder record (a hash: owner, token, value)
 -- ARGV[1] owner value (unique to the attempt), ARGV[2] TTL in milliseconds,
--- ARGV[3] (optional) the holder's value: when given, the record is written
--- with the lock and expires with it; without it nothing else is touched
+-- ARGV[3] (optional) the holder's value: when given and not '', the record
+-- is written with the lock and expires with it; without it nothing else is
+-- touched
+-- Fair waits (the redis backend's WithFairQueue), with ARGV[4] only:
+-- ARGV[4] the waiter (the same on every attempt of one waiting Acquire),
+-- ARGV[5] the hand-off window in ms; KEYS[5] the waiters in the order they
+-- came (score: µs), KEYS[6] each waiter's deadline (ms). A waiter takes a
+-- free lock only when no live waiter came before it; until then it is
+-- queued and told how long to wait. A place lapses when its waiter does not
+-- come back by its deadline (the time it was told to wait plus the window),
+-- so a waiter that vanished holds the others up for about a window.
 -- The token is max(counter + 1, the server's TIME in µs): a node restarted
 -- without its counter, from an older snapshot, or a promoted replica whose
 -- counter lags still hands out a larger token than any before, as long as
@@ -23,8 +32,53 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   end
   return pttl
 end
+local waiter, nowms, nowus = ARGV[4], 0, 0
+local function clock()
+  local t = redis.call('TIME')
+  nowms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+-- queue keeps the waiter in line (joining at the back if it is new) until
+-- its deadline, wait ms from now plus the window, and returns wait.
+local function queue(wait)
+  if nowus == 0 then
+    clock()
+  end
+  redis.call('ZADD', KEYS[5], 'NX', nowus, waiter)
+  redis.call('ZADD', KEYS[6], nowms + wait + tonumber(ARGV[5]), waiter)
+  local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')[2]
+  redis.call('PEXPIREAT', KEYS[5], last)
+  redis.call('PEXPIREAT', KEYS[6], last)
+  return wait
+end
+local first = false -- this waiter is at the head of the queue
+if waiter then
+  local head = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
+  if head then
+    clock()
+    local lapsed = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', '(' .. nowms)
+    if #lapsed > 0 then
+      redis.call('ZREM', KEYS[5], unpack(lapsed))
+      redis.call('ZREM', KEYS[6], unpack(lapsed))
+      head = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
+    end
+  end
+  if head and head ~= waiter then
+    -- Someone came first: wait for the holder, or for the head's turn.
+    local pttl = redis.call('PTTL', KEYS[1])
+    if pttl <= 0 then
+      pttl = math.max(tonumber(redis.call('ZSCORE', KEYS[6], head)) - nowms, 1)
+    end
+    return queue(pttl)
+  end
+  first = head == waiter
+end
 -- Set if free, and the holder's value either way (Redis 7.0+).
 local cur = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+if first and (not cur or cur == ARGV[1]) then
+  redis.call('ZREM', KEYS[5], waiter)
+  redis.call('ZREM', KEYS[6], waiter)
+end
 if cur == ARGV[1] then
   -- A retry of this very attempt (the client resent it after losing the
   -- reply): the lock is already ours, and nobody can have been granted a
@@ -32,7 +86,11 @@ if cur == ARGV[1] then
   return redis.call('GET', KEYS[2])
 end
 if cur then
-  return redis.call('PTTL', KEYS[1])
+  local pttl = redis.call('PTTL', KEYS[1])
+  if waiter then
+    return queue(math.max(pttl, 1))
+  end
+  return pttl
 end
 -- From here on the lock is set: every failure must take it back, so that
 -- an acquire that fails leaves no lock without a token behind.
@@ -65,7 +123,7 @@ else
   end
   token = redis.call('GET', KEYS[2])
 end
-if ARGV[3] then
+if ARGV[3] and ARGV[3] ~= '' then
   redis.call('HSET', KEYS[4], 'owner', ARGV[1], 'token', token, 'value', ARGV[3])
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
 end

@@ -47,7 +47,7 @@ local token = redis.call('GET', KEYS[2])
 -- MUTATION token-restart (cmd/internal/faults TestMutations; never loaded in a
 -- normal build): the token is counter + 1 only, so a restart that lost the
 -- counter hands out tokens from 1 again.
-if ARGV[3] then
+if ARGV[3] and ARGV[3] ~= '' then
   redis.call('HSET', KEYS[4], 'owner', ARGV[1], 'token', token, 'value', ARGV[3])
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
 end

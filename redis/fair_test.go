@@ -1,0 +1,196 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/redisnode"
+	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/redis"
+)
+
+func goredisZ(score float64, member string) goredis.Z { return goredis.Z{Score: score, Member: member} }
+
+// queued waits until key's fair queue holds n waiters.
+func queued(t *testing.T, srv *testserver.Server, key string, n int64) {
+	t.Helper()
+	admin := newClient(t, srv.Addr())
+	waiters, _ := redisnode.KeysFor(redis.DefaultPrefix, key).Queue()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if got := admin.ZCard(context.Background(), waiters).Val(); got == n {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("queue of %q: %d waiters, want %d", key, got, n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// Waiters, each a Locker of its own, get the lock in the order they first
+// found it held. (Racing on every release, five waiters come out in this
+// order about one time in 120.)
+func TestFairQueueOrder(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := t.Context()
+	holder := newLocker(t, srv.Addr(), redis.WithFairQueue(0))
+	ls, err := holder.TryAcquire(ctx, "job", distlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := range n {
+		l := newLocker(t, srv.Addr(), redis.WithFairQueue(0))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w, err := l.Acquire(ctx, "job", distlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			time.Sleep(10 * time.Millisecond)
+			_ = w.Release(ctx)
+		}()
+		queued(t, srv, "job", int64(i+1))
+	}
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i, w := range order {
+		if w != i {
+			t.Fatalf("grants in order %v, want 0..%d", order, n-1)
+		}
+	}
+}
+
+// A waiter that vanished (its process died: a place nobody comes back to)
+// holds the next one up for about the hand-off window after a release, not
+// for the time it was told to wait.
+func TestFairQueueVanishedWaiter(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := t.Context()
+	const window = 100 * time.Millisecond
+	holder := newLocker(t, srv.Addr(), redis.WithFairQueue(window))
+	ls, err := holder.TryAcquire(ctx, "job", distlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := newClient(t, srv.Addr())
+	waiters, deadlines := redisnode.KeysFor(redis.DefaultPrefix, "job").Queue()
+	// The ghost came first and was told to wait a minute.
+	admin.ZAdd(ctx, waiters, goredisZ(1, "ghost"))
+	admin.ZAdd(ctx, deadlines, goredisZ(float64(time.Now().Add(time.Minute).UnixMilli()), "ghost"))
+	l := newLocker(t, srv.Addr(), redis.WithFairQueue(window))
+	got := make(chan error, 1)
+	var waited time.Duration
+	go func() {
+		_, err := l.Acquire(ctx, "job", distlock.WithTTL(time.Minute))
+		got <- err
+	}()
+	queued(t, srv, "job", 2)
+	released := time.Now()
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		waited = time.Since(released)
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter behind a vanished one was not granted within 20s")
+	}
+	if waited > 5*time.Second {
+		t.Errorf("granted %v after the release; want about the %v window", waited, window)
+	}
+	t.Logf("granted %v after the release (window %v)", waited, window)
+}
+
+// A waiting Acquire that gives up leaves the queue, so the next waiter does
+// not wait for its place to lapse.
+func TestFairQueueCancelledWaiterLeaves(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := t.Context()
+	holder := newLocker(t, srv.Addr(), redis.WithFairQueue(time.Minute))
+	ls, err := holder.TryAcquire(ctx, "job", distlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLocker(t, srv.Addr(), redis.WithFairQueue(time.Minute))
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = l.Acquire(wctx, "job", distlock.WithTTL(time.Minute))
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire on a held key, ctx of 300ms: %v", err)
+	}
+	queued(t, srv, "job", 0)
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A window of a minute: had the place stayed, this would time out.
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := l.Acquire(actx, "job", distlock.WithTTL(time.Minute)); err != nil {
+		t.Fatalf("Acquire after the cancelled waiter left: %v", err)
+	}
+}
+
+// TryAcquire takes a free lock whoever waits (as java.util.concurrent's fair
+// locks do); a waiting Acquire keeps its turn behind the queue.
+func TestFairQueueTryAcquireBarges(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := t.Context()
+	l := newLocker(t, srv.Addr(), redis.WithFairQueue(time.Minute))
+	admin := newClient(t, srv.Addr())
+	waiters, deadlines := redisnode.KeysFor(redis.DefaultPrefix, "job").Queue()
+	admin.ZAdd(ctx, waiters, goredisZ(1, "ghost"))
+	admin.ZAdd(ctx, deadlines, goredisZ(float64(time.Now().Add(time.Minute).UnixMilli()), "ghost"))
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := l.Acquire(wctx, "job")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire of a free key behind a queued waiter: %v; want it to wait", err)
+	}
+	ls, err := l.TryAcquire(ctx, "job")
+	if err != nil {
+		t.Fatalf("TryAcquire of a free key behind a queued waiter: %v", err)
+	}
+	_ = ls.Release(ctx)
+}
+
+func TestFairQueueURL(t *testing.T) {
+	srv := testserver.Redis(t)
+	for _, q := range []string{"fair=true", "fair_window=50ms", "fair=true&fair_window=1s", "fair=false"} {
+		l, err := distlock.Open(t.Context(), fmt.Sprintf("redis://%s/?%s", srv.Addr(), q))
+		if err != nil {
+			t.Errorf("%s: %v", q, err)
+			continue
+		}
+		_ = l.Close()
+	}
+	for _, q := range []string{"fair=maybe", "fair_window=-1s", "fair_window=soon"} {
+		if l, err := distlock.Open(t.Context(), fmt.Sprintf("redis://%s/?%s", srv.Addr(), q)); !errors.Is(err, distlock.ErrInvalidURL) && !errors.Is(err, distlock.ErrInvalidOption) {
+			t.Errorf("%s: %v; want ErrInvalidURL or ErrInvalidOption", q, err)
+			if l != nil {
+				_ = l.Close()
+			}
+		}
+	}
+}
