@@ -92,6 +92,25 @@ func (l *locker) abandon(req driver.Request, o *driver.Settings) {
 // maxAbandoning bounds the give-backs of abandoned attempts under way at once.
 const maxAbandoning = 64
 
+// leaveQueue takes a waiting Acquire that ended without the lock out of
+// the backend's queue (driver.Dequeuer), in the background as abandon
+// does: the caller's ctx may be over and the server slow to answer, and
+// the place lapses at its deadline anyway. Close interrupts it.
+func (l *locker) leaveQueue(req driver.Request, o *driver.Settings) {
+	dq, ok := l.b.(driver.Dequeuer)
+	if !ok || l.enter() != nil {
+		return
+	}
+	go func() {
+		defer l.wg.Done()
+		ctx, cancel := context.WithTimeout(l.life, o.ReleaseTimeout)
+		defer cancel()
+		if err := dq.Dequeue(ctx, req.Key, req.Waiter); err != nil {
+			l.log(slog.LevelDebug, "leaving the wait queue failed; the place lapses at its deadline", req.Key, err)
+		}
+	}()
+}
+
 // abandonFirstRetry is the first pause between the give-backs of an
 // abandoned attempt; it doubles after each.
 const abandonFirstRetry = 50 * time.Millisecond
@@ -113,12 +132,8 @@ func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settin
 	req.Waiter = req.Owner
 	contended := false // an attempt found the key held: a queueing backend may have queued us
 	defer func() {
-		if dq, ok := l.b.(driver.Dequeuer); ok && err != nil && contended {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ReleaseTimeout)
-			if derr := dq.Dequeue(dctx, req.Key, req.Waiter); derr != nil {
-				l.log(slog.LevelDebug, "leaving the wait queue failed; the place frees at its deadline", req.Key, derr)
-			}
-			cancel()
+		if err != nil && contended {
+			l.leaveQueue(*req, o)
 		}
 	}()
 	var unreachable error // the last transient failure, for the caller if ctx ends

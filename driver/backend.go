@@ -158,9 +158,10 @@ func Sleep(ctx context.Context, d time.Duration) error {
 
 // Dequeuer is an optional interface of a Backend that may keep a waiting
 // Acquire's Request.Waiter queued between its attempts: the portable layer
-// calls Dequeue when such an Acquire ends without the lock (its ctx ended,
-// an error), so that the waiter stops holding up those behind it. A grant
-// takes its own waiter out.
+// calls Dequeue (in the background, bounded by the release timeout) when
+// such an Acquire ends without the lock (its ctx ended, an error), so that
+// the waiter stops holding up those behind it. A grant takes its own
+// waiter out.
 type Dequeuer interface {
 	Dequeue(ctx context.Context, key, waiter string) error
 }
