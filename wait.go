@@ -166,7 +166,12 @@ func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settin
 		l.observe(ctx, Event{Kind: EventContended, Key: req.Key})
 		if !subscribed {
 			subscribed = true
-			s, err := l.b.Subscribe(ctx, req.Key)
+			var s driver.Subscription
+			if ws, ok := l.b.(driver.WaiterSubscriber); ok {
+				s, err = ws.SubscribeWaiter(ctx, req.Key, req.Waiter)
+			} else {
+				s, err = l.b.Subscribe(ctx, req.Key)
+			}
 			switch {
 			case err == nil:
 				// Try once more before waiting: the key may have been

@@ -22,7 +22,8 @@ var ErrCrashed = errors.New("conformance: backend crashed")
 // without ending the session.
 //
 // A Crashable keeps every capability of the wrapped backend (Lock,
-// Subscribe, RefreshBatch, Dequeue, Inspect, Watch) and forwards As.
+// Subscribe, SubscribeWaiter, RefreshBatch, Dequeue, Inspect, Watch) and
+// forwards As.
 type Crashable struct {
 	driver.Backend
 	crashed atomic.Bool
@@ -87,6 +88,15 @@ func (c *Crashable) Dequeue(ctx context.Context, key, waiter string) error {
 		return dq.Dequeue(ctx, key, waiter)
 	}
 	return nil
+}
+
+// SubscribeWaiter forwards to the backend's driver.WaiterSubscriber (to
+// Subscribe without one).
+func (c *Crashable) SubscribeWaiter(ctx context.Context, key, waiter string) (driver.Subscription, error) {
+	if ws, ok := c.Backend.(driver.WaiterSubscriber); ok {
+		return ws.SubscribeWaiter(ctx, key, waiter)
+	}
+	return c.Backend.Subscribe(ctx, key)
 }
 
 // Unlock fails with ErrCrashed after Crash, else forwards.

@@ -166,6 +166,14 @@ type Dequeuer interface {
 	Dequeue(ctx context.Context, key, waiter string) error
 }
 
+// WaiterSubscriber is an optional interface of a Backend whose release
+// notices may be addressed to one waiter of its queue (see Dequeuer): the
+// portable layer subscribes a waiting Acquire with its Request.Waiter, and
+// notices addressed to other waiters do not wake it.
+type WaiterSubscriber interface {
+	SubscribeWaiter(ctx context.Context, key, waiter string) (Subscription, error)
+}
+
 // BatchRefresher is an optional interface of a Backend that can refresh
 // many grants in one round trip (a pipeline): the portable layer renews the
 // leases that fall due together with one call. Each Refresh in batch gets

@@ -216,7 +216,7 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 		err error
 	)
 	if b.fair > 0 {
-		ok, err = redisnode.ReleaseFairOn(ctx, b.client, k, g.Owner, tomb, b.fair)
+		ok, err = redisnode.ReleaseFairOn(ctx, b.client, k, g.Owner, tomb, g.Handle == nil || withValue(g), b.fair)
 	} else {
 		ok, err = redisnode.ReleaseOn(ctx, b.client, k, g.Owner, tomb, g.Handle == nil || withValue(g))
 	}
@@ -242,6 +242,15 @@ const giveBackMargin = driver.DefaultReleaseTimeout
 // Subscribe implements driver.Notifier.
 func (b *backend) Subscribe(ctx context.Context, key string) (driver.Subscription, error) {
 	return b.notifier.Subscribe(ctx, key)
+}
+
+// SubscribeWaiter implements driver.WaiterSubscriber: in a fair queue a
+// release notice names the first waiter, and wakes only it.
+func (b *backend) SubscribeWaiter(ctx context.Context, key, waiter string) (driver.Subscription, error) {
+	if b.fair == 0 {
+		waiter = ""
+	}
+	return b.notifier.SubscribeWaiter(ctx, key, waiter)
 }
 
 // onConn runs fn on one connection to the master that owns k, so that a

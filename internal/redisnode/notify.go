@@ -114,6 +114,14 @@ func newNotifier(client goredis.UniversalClient, prefix string, healthEvery, pon
 // Subscribe starts collecting release notices for key. It implements
 // driver.Backend.Subscribe and does no I/O.
 func (n *Notifier) Subscribe(ctx context.Context, key string) (driver.Subscription, error) {
+	return n.SubscribeWaiter(ctx, key, "")
+}
+
+// SubscribeWaiter is Subscribe for one waiter of a fair queue: a notice
+// addressed to another waiter (the release script names the first one)
+// does not wake it; notices addressed to nobody do. It implements
+// driver.WaiterSubscriber.
+func (n *Notifier) SubscribeWaiter(ctx context.Context, key, waiter string) (driver.Subscription, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -128,7 +136,7 @@ func (n *Notifier) Subscribe(ctx context.Context, key string) (driver.Subscripti
 		ch = &channel{name: name, subs: map[*subscription]struct{}{}, attempt: newAttempt()}
 		n.chans[name] = ch
 	}
-	s := &subscription{n: n, ch: ch, notice: make(chan struct{}, 1), ready: ch.active}
+	s := &subscription{n: n, ch: ch, waiter: waiter, notice: make(chan struct{}, 1), ready: ch.active}
 	ch.subs[s] = struct{}{}
 	return s, nil
 }
@@ -289,19 +297,23 @@ func (n *Notifier) read(ps *goredis.PubSub) {
 		pause = 10 * time.Millisecond
 		switch m := msg.(type) {
 		case *goredis.Message:
-			n.notify(m.Channel)
+			n.notify(m.Channel, m.Payload)
 		case *goredis.Pong:
 			n.confirm(m.Payload)
 		}
 	}
 }
 
-func (n *Notifier) notify(name string) {
+// notify wakes the subscriptions of channel name that a notice addressed
+// to (a waiter id, or "" for everyone) is for.
+func (n *Notifier) notify(name, to string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if ch := n.chans[name]; ch != nil {
 		for s := range ch.subs {
-			s.wake()
+			if to == "" || s.waiter == "" || s.waiter == to {
+				s.wake()
+			}
 		}
 	}
 }
@@ -345,6 +357,7 @@ func (n *Notifier) connectionLost() {
 type subscription struct {
 	n      *Notifier
 	ch     *channel
+	waiter string        // a fair queue's waiter: notices addressed to others pass it by
 	notice chan struct{} // holds at most one pending notice
 	ready  bool          // guarded by n.mu: notices since the last attempt reach us
 	closed bool          // guarded by n.mu

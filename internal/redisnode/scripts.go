@@ -358,9 +358,9 @@ func ReleaseOn(ctx context.Context, c Doer, k Keys, owner string, tombstone time
 
 // ReleaseFairOn is ReleaseOn for a lock with a fair queue: the first
 // waiter then has window from the release to take the lock, past which
-// its place lapses.
-func ReleaseFairOn(ctx context.Context, c Doer, k Keys, owner string, tombstone, window time.Duration) (bool, error) {
-	return releaseOn(ctx, c, k, owner, tombstone, true, window)
+// its place lapses, and the notice names it (see SubscribeWaiter).
+func ReleaseFairOn(ctx context.Context, c Doer, k Keys, owner string, tombstone time.Duration, withRecord bool, window time.Duration) (bool, error) {
+	return releaseOn(ctx, c, k, owner, tombstone, withRecord, window)
 }
 
 func releaseOn(ctx context.Context, c Doer, k Keys, owner string, tombstone time.Duration, withRecord bool, window time.Duration) (bool, error) {
@@ -372,7 +372,11 @@ func releaseOn(ctx context.Context, c Doer, k Keys, owner string, tombstone time
 		switch {
 		case window > 0:
 			waiters, deadlines := k.Queue()
-			return []any{nil, nil, 5, k.Lock, gone, k.Holder, waiters, deadlines, owner, k.Channel, tomb, millis(window)}
+			record := "0"
+			if withRecord {
+				record = "1"
+			}
+			return []any{nil, nil, 5, k.Lock, gone, k.Holder, waiters, deadlines, owner, k.Channel, tomb, millis(window), record}
 		case withRecord:
 			return []any{nil, nil, 3, k.Lock, gone, k.Holder, owner, k.Channel, tomb}
 		}

@@ -14,7 +14,7 @@ import (
 // checks that each side does work, not how fast.
 func TestAllPairsShort(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts 8 servers and measures 4 pairs; skipped with -short")
+		t.Skip("starts 9 servers and measures 5 pairs; skipped with -short")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -64,12 +64,14 @@ if waiter then
     end
   end
   if head and head ~= waiter then
-    -- Someone came first: wait for the holder, or for the head's turn.
-    local pttl = redis.call('PTTL', KEYS[1])
-    if pttl <= 0 then
-      pttl = math.max(tonumber(redis.call('ZSCORE', KEYS[6], head)) - nowms, 1)
+    -- Someone came first: wait for the holder, or for the head's turn, but
+    -- at most a window (release notices name the first waiter only, so the
+    -- others look again: one of them is next if the first is gone).
+    local wait = redis.call('PTTL', KEYS[1])
+    if wait <= 0 then
+      wait = tonumber(redis.call('ZSCORE', KEYS[6], head)) - nowms
     end
-    return queue(pttl)
+    return queue(math.max(math.min(wait, tonumber(ARGV[5])), 1))
   end
   first = head == waiter
 end

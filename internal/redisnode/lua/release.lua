@@ -13,27 +13,31 @@
 -- earlier holder (records are written only while their owner holds the
 -- lock), so nobody else's.
 -- Fair waits (see acquire.lua), with ARGV[4] only: ARGV[4] the hand-off
--- window in ms, KEYS[4] and KEYS[5] the waiters and their deadlines. The
--- first waiter has a window from the release to come and take the lock
--- (it is woken by the notice): past that, its place lapses.
+-- window in ms, ARGV[5] '1' when the lock may have a holder record (KEYS[3]
+-- is always given), KEYS[4] and KEYS[5] the waiters and their deadlines.
+-- The first waiter has a window from the release to come and take the
+-- lock: the notice names it, and wakes only it (the others come back every
+-- window); past that, its place lapses.
 -- Returns 1 when released, 0 when the key is gone or someone else's.
 if ARGV[3] ~= '0' then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  if KEYS[3] then
+  if KEYS[3] and ARGV[5] ~= '0' then
     redis.call('DEL', KEYS[3])
   end
+  local to = ''
   if ARGV[4] then
     local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
     if head then
       local t = redis.call('TIME')
       local nowms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
       redis.call('ZADD', KEYS[5], 'XX', 'LT', nowms + tonumber(ARGV[4]), head)
+      to = head
     end
   end
-  redis.call('PUBLISH', ARGV[2], '')
+  redis.call('PUBLISH', ARGV[2], to)
   return 1
 end
 return 0
