@@ -57,18 +57,37 @@ if waiter then
   if head then
     clock()
     local lapsed = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', '(' .. nowms)
-    if #lapsed > 0 then
-      redis.call('ZREM', KEYS[5], unpack(lapsed))
-      redis.call('ZREM', KEYS[6], unpack(lapsed))
+    for i = 1, #lapsed, 1000 do -- unpack is bounded by Lua's stack
+      local j = math.min(i + 999, #lapsed)
+      redis.call('ZREM', KEYS[5], unpack(lapsed, i, j))
+      redis.call('ZREM', KEYS[6], unpack(lapsed, i, j))
+    end
+    -- The first live waiter (one without a deadline, the other key having
+    -- been evicted or edited, counts as lapsed).
+    head = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
+    while head and not redis.call('ZSCORE', KEYS[6], head) do
+      redis.call('ZREM', KEYS[5], head)
       head = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
     end
   end
   if head and head ~= waiter then
-    -- Someone came first: wait for the holder, or for the head's turn, but
-    -- at most a window (release notices name the first waiter only, so the
-    -- others look again: one of them is next if the first is gone).
-    local wait = redis.call('PTTL', KEYS[1])
-    if wait <= 0 then
+    -- Someone came first: wait for the holder, or for the first waiter's
+    -- turn, but at most a window (release notices name the first waiter
+    -- only, so the others look again: one of them is next if it is gone).
+    local cur = redis.call('GET', KEYS[1])
+    if cur == ARGV[1] then
+      -- A resent attempt whose first copy took the lock: it is ours.
+      redis.call('ZREM', KEYS[5], waiter)
+      redis.call('ZREM', KEYS[6], waiter)
+      return redis.call('GET', KEYS[2])
+    end
+    local wait
+    if cur then
+      wait = redis.call('PTTL', KEYS[1])
+    else
+      -- Free: the first waiter has one window from when it is first seen
+      -- free with that waiter first (after a release, a lapse, a dequeue).
+      redis.call('ZADD', KEYS[6], 'XX', 'LT', nowms + tonumber(ARGV[5]), head)
       wait = tonumber(redis.call('ZSCORE', KEYS[6], head)) - nowms
     end
     return queue(math.max(math.min(wait, tonumber(ARGV[5])), 1))

@@ -1,0 +1,218 @@
+package redis_test
+
+// Regression tests of the fair queue, from an adversarial review (real
+// servers): each failed before its fix.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/redisnode"
+	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/internal/testutil"
+	"github.com/distlock/distlock/redis"
+)
+
+// Found by review (liveness): two waiters whose process died, queued one behind the
+// other while the lock was held, strand the free lock after the release for
+// about the holder's TTL (the second ghost's deadline = its attempt + PTTL +
+// window), not "about one window" per dead waiter: the release shortens only
+// the head's deadline; the head that follows after a lapse keeps its own.
+func TestFairQueueTwoVanishedWaiters(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := t.Context()
+	const window = 100 * time.Millisecond
+	holder := newLocker(t, srv.Addr(), redis.WithFairQueue(window))
+	ls, err := holder.TryAcquire(ctx, "job", distlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two waiting Acquires of a process that then died: real attempts of
+	// the acquire script, never followed by another attempt or a Dequeue.
+	admin := newClient(t, srv.Addr())
+	k := redisnode.KeysFor(redis.DefaultPrefix, "job")
+	for _, g := range []string{"ghost1", "ghost2"} {
+		r, err := redisnode.AcquireFairOn(ctx, admin, k, g+"-owner", 30*time.Second, "", g, window)
+		if err != nil || r.Acquired {
+			t.Fatalf("ghost attempt: %+v %v", r, err)
+		}
+	}
+	l := newLocker(t, srv.Addr(), redis.WithFairQueue(window))
+	got := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(ctx, "job", distlock.WithTTL(time.Minute))
+		got <- err
+	}()
+	queued(t, srv, "job", 3)
+	released := time.Now()
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("granted %v after the release", time.Since(released))
+	case <-time.After(5 * time.Second):
+		d, _ := admin.ZRangeWithScores(ctx, k.Lock+":waiter-deadlines", 0, -1).Result()
+		t.Fatalf("free lock stranded >5s after the release with window %v and two dead waiters (deadlines %v, now %d)",
+			window, d, time.Now().UnixMilli())
+	}
+}
+
+// Found by review (liveness, lock held by nobody for a TTL): a resent attempt
+// (go-redis resends a command whose reply was lost) whose first copy took
+// the lock must get the lock back (the cur == ARGV[1] path). In fair mode,
+// if another waiter queued in between, the resend is told "held" and the
+// waiter is queued again; the lock stays set to an owner nobody knows of,
+// and no give-back runs (ErrNotAcquired is not ambiguous), until its TTL.
+func TestFairQueueResentAttempt(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := t.Context()
+	const window = 100 * time.Millisecond
+	admin := newClient(t, srv.Addr())
+	k := redisnode.KeysFor(redis.DefaultPrefix, "job")
+	// W's attempt takes the free lock; its reply is lost.
+	r, err := redisnode.AcquireFairOn(ctx, admin, k, "w-attempt1", time.Minute, "", "w", window)
+	if err != nil || !r.Acquired {
+		t.Fatalf("first copy: %+v %v", r, err)
+	}
+	// Meanwhile another waiting Acquire finds it held and queues.
+	l := newLocker(t, srv.Addr(), redis.WithFairQueue(window))
+	go func() { _, _ = l.Acquire(ctx, "job") }()
+	queued(t, srv, "job", 1)
+	// The client resends W's attempt.
+	r2, err := redisnode.AcquireFairOn(ctx, admin, k, "w-attempt1", time.Minute, "", "w", window)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r2.Acquired {
+		t.Fatalf("resent attempt whose first copy holds the lock (GET %q): %+v, want it acquired as without the queue",
+			admin.Get(ctx, k.Lock).Val(), r2)
+	}
+}
+
+// Found by review (Lua error): pruning many lapsed places unpacks them all into one
+// ZREM; past Lua's C stack limit (8000) the script fails, so every waiting
+// Acquire of the key fails until the queue keys expire.
+func TestFairQueueManyLapsedPlaces(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := t.Context()
+	admin := newClient(t, srv.Addr())
+	waiters, deadlines := redisnode.KeysFor(redis.DefaultPrefix, "job").Queue()
+	past := float64(time.Now().Add(-time.Second).UnixMilli())
+	var ws, ds []goredis.Z
+	for i := range 10000 {
+		m := fmt.Sprintf("dead-%05d", i)
+		ws = append(ws, goredis.Z{Score: float64(i), Member: m})
+		ds = append(ds, goredis.Z{Score: past, Member: m})
+	}
+	admin.ZAdd(ctx, waiters, ws...)
+	admin.ZAdd(ctx, deadlines, ds...)
+	l := newLocker(t, srv.Addr(), redis.WithFairQueue(0))
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ls, err := l.Acquire(actx, "job")
+	if err != nil {
+		t.Fatalf("Acquire of a free key whose queue holds 10000 lapsed places: %v", err)
+	}
+	_ = ls.Release(ctx)
+}
+
+// Found by review (timeouts): a waiting Acquire whose ctx ends while the server is
+// out of reach returns only after the Dequeue gives up (ReleaseTimeout,
+// 5 s, or the client's read timeout), not when ctx ends; without the queue
+// it returns at once.
+func TestFairQueueAcquireEndsWithCtx(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := t.Context()
+	for _, fair := range []bool{false, true} {
+		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {
+			key := fmt.Sprint("job-", fair)
+			holder := newLocker(t, srv.Addr())
+			if _, err := holder.TryAcquire(ctx, key, distlock.WithTTL(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			p := testutil.NewDelayProxy(t, srv.Addr(), time.Minute)
+			var opts []distlock.Option
+			if fair {
+				opts = append(opts, redis.WithFairQueue(0))
+			}
+			l := newLocker(t, p.Addr(), opts...)
+			actx, cancel := context.WithTimeout(ctx, 1*time.Second)
+			defer cancel()
+			go func() { time.Sleep(500 * time.Millisecond); p.Slow.Store(true) }() // the network goes away mid-wait
+			start := time.Now()
+			_, err := l.Acquire(actx, key)
+			took := time.Since(start)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Logf("err %v", err)
+			}
+			if took > 1500*time.Millisecond {
+				t.Errorf("Acquire with a 1s ctx returned after %v (%v)", took, err)
+			}
+			t.Logf("returned after %v: %v", took, err)
+		})
+	}
+}
+
+// Found by review (Close): Close wakes waiting Acquires with ErrClosed, then waits
+// for them; in fair mode each one's Dequeue ignores Close (WithoutCancel
+// of the Close-bound ctx) and blocks Close for up to ReleaseTimeout while
+// the server is out of reach.
+func TestFairQueueCloseNotHeldByDequeue(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := t.Context()
+	for _, fair := range []bool{false, true} {
+		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {
+			key := fmt.Sprint("job-", fair)
+			holder := newLocker(t, srv.Addr())
+			if _, err := holder.TryAcquire(ctx, key, distlock.WithTTL(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			p := testutil.NewDelayProxy(t, srv.Addr(), time.Minute)
+			var opts []distlock.Option
+			if fair {
+				opts = append(opts, redis.WithFairQueue(0))
+			}
+			l := newLocker(t, p.Addr(), opts...)
+			done := make(chan error, 1)
+			go func() { _, err := l.Acquire(ctx, key); done <- err }()
+			time.Sleep(500 * time.Millisecond)
+			p.Slow.Store(true)
+			start := time.Now()
+			_ = l.Close()
+			took := time.Since(start)
+			t.Logf("Close took %v; Acquire: %v", took, <-done)
+			if took > time.Second {
+				t.Errorf("Close took %v with no lease held", took)
+			}
+		})
+	}
+}
+
+// A waiter in the queue without a deadline (the other key evicted or
+// edited by hand) counts as lapsed: it neither blocks the queue nor makes
+// the script fail.
+func TestFairQueueWaiterWithoutDeadline(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := t.Context()
+	admin := newClient(t, srv.Addr())
+	waiters, _ := redisnode.KeysFor(redis.DefaultPrefix, "job").Queue()
+	admin.ZAdd(ctx, waiters, goredis.Z{Score: 1, Member: "no-deadline"})
+	l := newLocker(t, srv.Addr(), redis.WithFairQueue(time.Minute))
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ls, err := l.Acquire(actx, "job")
+	if err != nil {
+		t.Fatalf("Acquire of a free key behind a waiter without a deadline: %v", err)
+	}
+	_ = ls.Release(ctx)
+}
