@@ -46,7 +46,7 @@ type locker struct {
 	life context.Context
 	stop context.CancelCauseFunc
 
-	abandoning atomic.Int32 // give-backs of abandoned attempts under way
+	abandoning atomic.Int32 // give-backs of abandoned attempts, and queue leavings, under way
 	renewer    *renewer     // started with the first renewing lease
 
 	mu     sync.Mutex

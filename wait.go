@@ -98,11 +98,21 @@ const maxAbandoning = 64
 // the place lapses at its deadline anyway. Close interrupts it.
 func (l *locker) leaveQueue(req driver.Request, o *driver.Settings) {
 	dq, ok := l.b.(driver.Dequeuer)
-	if !ok || l.enter() != nil {
+	if !ok {
+		return
+	}
+	if l.abandoning.Add(1) > maxAbandoning {
+		// As with give-backs: a server out of reach must not pile them up.
+		l.abandoning.Add(-1)
+		return
+	}
+	if l.enter() != nil {
+		l.abandoning.Add(-1)
 		return
 	}
 	go func() {
 		defer l.wg.Done()
+		defer l.abandoning.Add(-1)
 		ctx, cancel := context.WithTimeout(l.life, o.ReleaseTimeout)
 		defer cancel()
 		if err := dq.Dequeue(ctx, req.Key, req.Waiter); err != nil {

@@ -90,9 +90,12 @@ func (c *Crashable) Dequeue(ctx context.Context, key, waiter string) error {
 	return nil
 }
 
-// SubscribeWaiter forwards to the backend's driver.WaiterSubscriber (to
-// Subscribe without one).
+// SubscribeWaiter fails with ErrCrashed after Crash, else forwards to the
+// backend's driver.WaiterSubscriber (to Subscribe without one).
 func (c *Crashable) SubscribeWaiter(ctx context.Context, key, waiter string) (driver.Subscription, error) {
+	if c.crashed.Load() {
+		return nil, ErrCrashed
+	}
 	if ws, ok := c.Backend.(driver.WaiterSubscriber); ok {
 		return ws.SubscribeWaiter(ctx, key, waiter)
 	}

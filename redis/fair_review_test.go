@@ -5,7 +5,9 @@ package redis_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -204,4 +206,63 @@ func TestFairQueueWaiterWithoutDeadline(t *testing.T) {
 		t.Fatalf("Acquire of a free key behind a waiter without a deadline: %v", err)
 	}
 	_ = ls.Release(ctx)
+}
+
+// Found by a second review (fairness): a place lapsed a window after the
+// wait the waiter was told, but the client comes back later than told (its
+// back-off jitter, up to BackoffMin): with WithBackoff(400ms, …) and a
+// 100 ms window, a waiter lost its place on every look and was served
+// after one that came later.
+func TestFairQueueBackoffMinOutlivesWindow(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := t.Context()
+	const window = 100 * time.Millisecond
+	holder := newLocker(t, srv.Addr(), redis.WithFairQueue(window))
+	ls, err := holder.TryAcquire(ctx, "job", distlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := range 3 {
+		l := newLocker(t, srv.Addr(), redis.WithFairQueue(window))
+		opts := []distlock.Option{distlock.WithTTL(time.Minute)}
+		if i == 1 {
+			opts = append(opts, distlock.WithBackoff(400*time.Millisecond, time.Second))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w, err := l.Acquire(ctx, "job", opts...)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			time.Sleep(10 * time.Millisecond)
+			_ = w.Release(ctx)
+		}()
+		queued(t, srv, "job", int64(i+1))
+	}
+	time.Sleep(2 * time.Second) // held; waiter 1 looks again every window
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if len(order) != 3 || order[0] != 0 || order[1] != 1 || order[2] != 2 {
+		t.Fatalf("grants in order %v, want [0 1 2] (waiter 1 has WithBackoff(400ms, 1s), window %v)", order, window)
+	}
+}
+
+// A window so short that waiting would be polling is refused.
+func TestFairQueueMinWindow(t *testing.T) {
+	c := newClient(t, testserver.Redis(t).Addr())
+	if _, err := redis.New(c, redis.WithFairQueue(time.Millisecond)); !errors.Is(err, distlock.ErrInvalidOption) {
+		t.Errorf("WithFairQueue(1ms): %v; want ErrInvalidOption", err)
+	}
 }

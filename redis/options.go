@@ -67,6 +67,9 @@ func WithKeyPrefix(prefix string) distlock.Option {
 // given.
 const DefaultFairWindow = 250 * time.Millisecond
 
+// MinFairWindow is the shortest hand-off window WithFairQueue takes.
+const MinFairWindow = 10 * time.Millisecond
+
 // WithFairQueue makes waiting Acquires take the lock in the order they
 // first found it held, as Redisson's fair lock does, instead of racing on
 // every release (the default, where an unlucky waiter can lose many rounds
@@ -76,10 +79,13 @@ const DefaultFairWindow = 250 * time.Millisecond
 // holds the others up for about one window. TryAcquire still takes a free
 // lock whoever waits, as the fair locks of java.util.concurrent do. Every
 // Locker of a key should use the same setting: a Locker without it takes a
-// free lock ahead of the queue. A negative window is ErrInvalidOption.
+// free lock ahead of the queue. A window under MinFairWindow (other than
+// 0) is ErrInvalidOption: waiters behind the first look again every
+// window. A first waiter that cannot get notices (its subscription failed,
+// so it polls with back-off) may miss its window and go to the back.
 func WithFairQueue(window time.Duration) distlock.Option {
-	if window < 0 {
-		return driver.InvalidOption("redis: fair queue window %v is negative", window)
+	if window != 0 && window < MinFairWindow {
+		return driver.InvalidOption("redis: fair queue window %v is under %v", window, MinFairWindow)
 	}
 	if window == 0 {
 		window = DefaultFairWindow

@@ -12,8 +12,9 @@
 -- came (score: µs), KEYS[6] each waiter's deadline (ms). A waiter takes a
 -- free lock only when no live waiter came before it; until then it is
 -- queued and told how long to wait. A place lapses when its waiter does not
--- come back by its deadline (the time it was told to wait plus the window),
--- so a waiter that vanished holds the others up for about a window.
+-- come back by its deadline; once the lock is free, the first waiter's is a
+-- window away at most, so a waiter that vanished holds the others up for
+-- about a window.
 -- The token is max(counter + 1, the server's TIME in µs): a node restarted
 -- without its counter, from an older snapshot, or a promoted replica whose
 -- counter lags still hands out a larger token than any before, as long as
@@ -39,13 +40,18 @@ local function clock()
   nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 -- queue keeps the waiter in line (joining at the back if it is new) until
--- its deadline, wait ms from now plus the window, and returns wait.
+-- its deadline, and returns wait. The deadline is generous (wait, a window
+-- and placeSlack ms): a client may come back later than told (its back-off
+-- jitter, a slow host), and a long place costs nothing while others are
+-- ahead of it; the first waiter's is cut to a window as soon as the lock is
+-- seen free (a release, or another waiter's look).
+local placeSlack = 5000
 local function queue(wait)
   if nowus == 0 then
     clock()
   end
   redis.call('ZADD', KEYS[5], 'NX', nowus, waiter)
-  redis.call('ZADD', KEYS[6], nowms + wait + tonumber(ARGV[5]), waiter)
+  redis.call('ZADD', KEYS[6], nowms + wait + tonumber(ARGV[5]) + placeSlack, waiter)
   local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')[2]
   redis.call('PEXPIREAT', KEYS[5], last)
   redis.call('PEXPIREAT', KEYS[6], last)
