@@ -77,9 +77,10 @@ soak: setup
 	SOAK_DURATION=$(SOAK_DURATION) $(GO) test ./cmd/internal/faults -run '^TestSoak$$' -parallel 8 -count=1 -v -timeout 0
 
 # The peer benchmark (#15), not part of CI: each backend against the library
-# a user would pick instead (redis vs bsm/redislock, redlock vs
-# go-redsync/redsync on the same 5 nodes, etcd vs concurrency.Mutex,
-# zookeeper vs go-zookeeper's zk.Lock) on loopback servers it starts itself,
+# a user would pick instead (redis, and redis with fair=true, vs
+# bsm/redislock, redlock vs go-redsync/redsync on the same 5 nodes, etcd vs
+# concurrency.Mutex, zookeeper vs go-zookeeper's zk.Lock) on loopback
+# servers it starts itself,
 # the two sides interleaved run by run; prints medians and ratios, and writes
 # reports/peers.json. PEERBENCH_FLAGS="--duration 1s --runs 5 --only redis,zk".
 .PHONY: bench-peers

@@ -50,6 +50,9 @@ func electSides(p *pair, bo span) []electSide {
 // on Observe).
 func distlockElect(p *pair, bo span) electSide {
 	name := "distlock " + p.backend
+	if p.id != p.backend {
+		name = "distlock " + p.id // a variant, such as redis-fair
+	}
 	var observeOpts []distlock.Option
 	if bo != (span{}) {
 		name += fmt.Sprintf(", Observe WithBackoff(%v, %v)", bo.min, bo.max)
