@@ -194,3 +194,60 @@ func TestFairQueueURL(t *testing.T) {
 		}
 	}
 }
+
+// A grant to a queued waiter comes a notice round trip after the release,
+// so a watcher that looked in between saw the key free; the grant's own
+// notice tells it of the new holder without waiting for its next poll
+// (here a second away).
+func TestFairQueueWatcherSeesHandOff(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := t.Context()
+	holder := newLocker(t, srv.Addr(), redis.WithFairQueue(0))
+	ls, err := holder.TryAcquire(ctx, "job", distlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	observer := newLocker(t, srv.Addr(), redis.WithFairQueue(0))
+	for round := range 5 {
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		changes, err := observer.Watch(wctx, "job", distlock.WithBackoff(time.Second, 2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := <-changes; !h.Held || h.Token != ls.Token() {
+			t.Fatalf("round %d: first report %+v, want the holder %d", round, h, ls.Token())
+		}
+		waiter := newLocker(t, srv.Addr(), redis.WithFairQueue(0))
+		got := make(chan *distlock.Lease, 1)
+		go func() {
+			w, err := waiter.Acquire(ctx, "job", distlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- w
+		}()
+		queued(t, srv, "job", 1)
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		next := <-got
+		if next == nil {
+			return
+		}
+		deadline := time.After(500 * time.Millisecond)
+	wait:
+		for {
+			select {
+			case h := <-changes:
+				if h.Held && h.Token == next.Token() {
+					break wait
+				}
+			case <-deadline:
+				t.Fatalf("round %d: the new holder (token %d) not reported within 500ms of its grant (polls 1s apart)", round, next.Token())
+			}
+		}
+		ls = next
+		stop()
+	}
+}

@@ -142,7 +142,7 @@ func AcquireFairOn(ctx context.Context, c Doer, k Keys, owner string, ttl time.D
 	gone, ms := k.GoneFor(owner), millis(ttl)
 	waiters, deadlines := k.Queue()
 	return acquireResult(acquire.run(ctx, c, func() []any {
-		return []any{nil, nil, 6, k.Lock, k.Counter, gone, k.Holder, waiters, deadlines, owner, ms, value, waiter, millis(window)}
+		return []any{nil, nil, 6, k.Lock, k.Counter, gone, k.Holder, waiters, deadlines, owner, ms, value, waiter, millis(window), k.Channel}
 	}))
 }
 

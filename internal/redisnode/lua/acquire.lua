@@ -8,7 +8,8 @@
 -- touched
 -- Fair waits (the redis backend's WithFairQueue), with ARGV[4] only:
 -- ARGV[4] the waiter (the same on every attempt of one waiting Acquire),
--- ARGV[5] the hand-off window in ms; KEYS[5] the waiters in the order they
+-- ARGV[5] the hand-off window in ms, ARGV[6] the release-notice channel;
+-- KEYS[5] the waiters in the order they
 -- came (score: µs), KEYS[6] each waiter's deadline (ms). A waiter takes a
 -- free lock only when no live waiter came before it; until then it is
 -- queued and told how long to wait. A place lapses when its waiter does not
@@ -106,6 +107,11 @@ if first and (not cur or cur == ARGV[1]) then
   redis.call('ZREM', KEYS[5], waiter)
   redis.call('ZREM', KEYS[6], waiter)
 end
+-- A grant to a queued waiter comes a notice round trip after the release:
+-- a notice addressed to no waiter ('=') tells watchers (Watch, election
+-- observers) of the new holder, who might otherwise have looked in between
+-- and then wait for their next poll.
+local announce = first and not cur
 if cur == ARGV[1] then
   -- A retry of this very attempt (the client resent it after losing the
   -- reply): the lock is already ours, and nobody can have been granted a
@@ -153,5 +159,8 @@ end
 if ARGV[3] and ARGV[3] ~= '' then
   redis.call('HSET', KEYS[4], 'owner', ARGV[1], 'token', token, 'value', ARGV[3])
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
+end
+if announce then
+  redis.call('PUBLISH', ARGV[6], '=')
 end
 return token
