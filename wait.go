@@ -60,11 +60,29 @@ func (l *locker) abandon(req driver.Request, o *driver.Settings) {
 	if mutation.On("no-giveback") { // mutation: no-giveback
 		return
 	}
+	l.cleanUp("give-back", req.Key, o, func(ctx context.Context) {
+		g := driver.Grant{Key: req.Key, Owner: req.Owner, TTL: req.TTL}
+		for delay := abandonFirstRetry; ; delay *= 2 {
+			err := l.b.Unlock(ctx, g)
+			if err == nil || ctx.Err() != nil {
+				return
+			}
+			if err := driver.Sleep(ctx, delay); err != nil {
+				return
+			}
+		}
+	})
+}
+
+// cleanUp runs fn in the background on a context that ends after the
+// release timeout or at Close, which waits for it. At most maxAbandoning
+// run at once: a server that is down makes every attempt ambiguous, and a
+// tight retry loop must not pile them up (what is skipped frees at its
+// TTL or deadline).
+func (l *locker) cleanUp(what, key string, o *driver.Settings, fn func(ctx context.Context)) {
 	if l.abandoning.Add(1) > maxAbandoning {
-		// A server that is down makes every attempt ambiguous; a tight
-		// retry loop must not pile up give-backs. The TTL frees the rest.
 		l.abandoning.Add(-1)
-		l.log(slog.LevelDebug, "too many give-backs under way; this attempt's lock frees at its TTL", req.Key, nil)
+		l.log(slog.LevelDebug, "too many clean-ups under way; skipping a "+what, key, nil)
 		return
 	}
 	if l.enter() != nil {
@@ -76,20 +94,12 @@ func (l *locker) abandon(req driver.Request, o *driver.Settings) {
 		defer l.abandoning.Add(-1)
 		ctx, cancel := context.WithTimeout(l.life, o.ReleaseTimeout)
 		defer cancel()
-		g := driver.Grant{Key: req.Key, Owner: req.Owner, TTL: req.TTL}
-		for delay := abandonFirstRetry; ; delay *= 2 {
-			err := l.b.Unlock(ctx, g)
-			if err == nil || ctx.Err() != nil {
-				return
-			}
-			if err := driver.Sleep(ctx, delay); err != nil {
-				return
-			}
-		}
+		fn(ctx)
 	}()
 }
 
-// maxAbandoning bounds the give-backs of abandoned attempts under way at once.
+// maxAbandoning bounds the clean-ups (give-backs of abandoned attempts,
+// queue leavings) under way at once.
 const maxAbandoning = 64
 
 // leaveQueue takes a waiting Acquire that ended without the lock out of
@@ -101,24 +111,11 @@ func (l *locker) leaveQueue(req driver.Request, o *driver.Settings) {
 	if !ok {
 		return
 	}
-	if l.abandoning.Add(1) > maxAbandoning {
-		// As with give-backs: a server out of reach must not pile them up.
-		l.abandoning.Add(-1)
-		return
-	}
-	if l.enter() != nil {
-		l.abandoning.Add(-1)
-		return
-	}
-	go func() {
-		defer l.wg.Done()
-		defer l.abandoning.Add(-1)
-		ctx, cancel := context.WithTimeout(l.life, o.ReleaseTimeout)
-		defer cancel()
+	l.cleanUp("queue leaving", req.Key, o, func(ctx context.Context) {
 		if err := dq.Dequeue(ctx, req.Key, req.Waiter); err != nil {
 			l.log(slog.LevelDebug, "leaving the wait queue failed; the place lapses at its deadline", req.Key, err)
 		}
-	}()
+	})
 }
 
 // abandonFirstRetry is the first pause between the give-backs of an
