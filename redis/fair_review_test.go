@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -44,28 +43,8 @@ func TestFairQueueTwoVanishedWaiters(t *testing.T) {
 			t.Fatalf("ghost attempt: %+v %v", r, err)
 		}
 	}
-	l := newLocker(t, srv.Addr(), redis.WithFairQueue(window))
-	got := make(chan error, 1)
-	go func() {
-		_, err := l.Acquire(ctx, "job", distlock.WithTTL(time.Minute))
-		got <- err
-	}()
-	queued(t, srv, "job", 3)
-	released := time.Now()
-	if err := ls.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("granted %v after the release", time.Since(released))
-	case <-time.After(5 * time.Second):
-		d, _ := admin.ZRangeWithScores(ctx, k.Lock+":waiter-deadlines", 0, -1).Result()
-		t.Fatalf("free lock stranded >5s after the release with window %v and two dead waiters (deadlines %v, now %d)",
-			window, d, time.Now().UnixMilli())
-	}
+	waited := grantedAfterRelease(t, srv, ls, "job", 3, window, 5*time.Second)
+	t.Logf("granted %v after the release", waited)
 }
 
 // Found by review (liveness, a lock held by nobody for a TTL): a resent attempt
@@ -214,47 +193,14 @@ func TestFairQueueWaiterWithoutDeadline(t *testing.T) {
 // 100 ms window, a waiter lost its place on every look and was served
 // after one that came later.
 func TestFairQueueBackoffMinOutlivesWindow(t *testing.T) {
-	srv := testserver.Redis(t)
-	ctx := t.Context()
 	const window = 100 * time.Millisecond
-	holder := newLocker(t, srv.Addr(), redis.WithFairQueue(window))
-	ls, err := holder.TryAcquire(ctx, "job", distlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		order []int
-		wg    sync.WaitGroup
-	)
-	for i := range 3 {
-		l := newLocker(t, srv.Addr(), redis.WithFairQueue(window))
-		opts := []distlock.Option{distlock.WithTTL(time.Minute)}
+	order := grantOrder(t, window, 3, func(i int) []distlock.Option {
 		if i == 1 {
-			opts = append(opts, distlock.WithBackoff(400*time.Millisecond, time.Second))
+			return []distlock.Option{distlock.WithBackoff(400*time.Millisecond, time.Second)}
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w, err := l.Acquire(ctx, "job", opts...)
-			if err != nil {
-				t.Errorf("waiter %d: %v", i, err)
-				return
-			}
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-			time.Sleep(10 * time.Millisecond)
-			_ = w.Release(ctx)
-		}()
-		queued(t, srv, "job", int64(i+1))
-	}
-	time.Sleep(2 * time.Second) // held; waiter 1 looks again every window
-	if err := ls.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	if len(order) != 3 || order[0] != 0 || order[1] != 1 || order[2] != 2 {
+		return nil
+	}, func() { time.Sleep(2 * time.Second) }) // held; waiter 1 looks again every window
+	if !inOrder(order, 3) {
 		t.Fatalf("grants in order %v, want [0 1 2] (waiter 1 has WithBackoff(400ms, 1s), window %v)", order, window)
 	}
 }

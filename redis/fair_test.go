@@ -33,29 +33,34 @@ func queued(t *testing.T, srv *testserver.Server, key string, n int64) {
 	}
 }
 
-// Waiters, each a Locker of its own, get the lock in the order they first
-// found it held. (Racing on every release, five waiters come out in this
-// order about one time in 120.)
-func TestFairQueueOrder(t *testing.T) {
+// grantOrder has a holder take "job", queues n waiters behind it one by
+// one (each a Locker of its own, with window and the options opts(i)
+// gives), runs between (if not nil) while they wait, releases, and
+// returns the order the waiters were granted the lock in.
+func grantOrder(t *testing.T, window time.Duration, n int, opts func(i int) []distlock.Option, between func()) []int {
+	t.Helper()
 	srv := testserver.Redis(t)
 	ctx := t.Context()
-	holder := newLocker(t, srv.Addr(), redis.WithFairQueue(0))
+	holder := newLocker(t, srv.Addr(), redis.WithFairQueue(window))
 	ls, err := holder.TryAcquire(ctx, "job", distlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 5
 	var (
 		mu    sync.Mutex
 		order []int
 		wg    sync.WaitGroup
 	)
 	for i := range n {
-		l := newLocker(t, srv.Addr(), redis.WithFairQueue(0))
+		l := newLocker(t, srv.Addr(), redis.WithFairQueue(window))
+		o := []distlock.Option{distlock.WithTTL(time.Minute)}
+		if opts != nil {
+			o = append(o, opts(i)...)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w, err := l.Acquire(ctx, "job", distlock.WithTTL(time.Minute))
+			w, err := l.Acquire(ctx, "job", o...)
 			if err != nil {
 				t.Errorf("waiter %d: %v", i, err)
 				return
@@ -68,15 +73,66 @@ func TestFairQueueOrder(t *testing.T) {
 		}()
 		queued(t, srv, "job", int64(i+1))
 	}
+	if between != nil {
+		between()
+	}
 	if err := ls.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
+	return order
+}
+
+// inOrder reports whether order is 0, 1, …, n-1.
+func inOrder(order []int, n int) bool {
+	if len(order) != n {
+		return false
+	}
 	for i, w := range order {
 		if w != i {
-			t.Fatalf("grants in order %v, want 0..%d", order, n-1)
+			return false
 		}
 	}
+	return true
+}
+
+// Waiters, each a Locker of its own, get the lock in the order they first
+// found it held. (Racing on every release, five waiters come out in this
+// order about one time in 120.)
+func TestFairQueueOrder(t *testing.T) {
+	if order := grantOrder(t, 0, 5, nil, nil); !inOrder(order, 5) {
+		t.Fatalf("grants in order %v, want 0..4", order)
+	}
+}
+
+// grantedAfterRelease starts a waiting Acquire of key on a Locker of its
+// own (with window), waits until key's queue holds n waiters (it among
+// them), releases ls, and returns how long after the release the waiter
+// was granted the lock (failing after limit).
+func grantedAfterRelease(t *testing.T, srv *testserver.Server, ls *distlock.Lease, key string, n int64, window, limit time.Duration) time.Duration {
+	t.Helper()
+	ctx := t.Context()
+	l := newLocker(t, srv.Addr(), redis.WithFairQueue(window))
+	got := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(ctx, key, distlock.WithTTL(time.Minute))
+		got <- err
+	}()
+	queued(t, srv, key, n)
+	released := time.Now()
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(released)
+	case <-time.After(limit):
+		t.Fatalf("the waiter behind %d vanished one(s) was not granted within %v of the release (window %v)", n-1, limit, window)
+	}
+	return 0
 }
 
 // A waiter that vanished (its process died: a place nobody comes back to)
@@ -96,30 +152,10 @@ func TestFairQueueVanishedWaiter(t *testing.T) {
 	// The ghost came first and was told to wait a minute.
 	admin.ZAdd(ctx, waiters, goredisZ(1, "ghost"))
 	admin.ZAdd(ctx, deadlines, goredisZ(float64(time.Now().Add(time.Minute).UnixMilli()), "ghost"))
-	l := newLocker(t, srv.Addr(), redis.WithFairQueue(window))
-	got := make(chan error, 1)
-	var waited time.Duration
-	go func() {
-		_, err := l.Acquire(ctx, "job", distlock.WithTTL(time.Minute))
-		got <- err
-	}()
-	queued(t, srv, "job", 2)
-	released := time.Now()
-	if err := ls.Release(ctx); err != nil {
-		t.Fatal(err)
+	if h, err := holder.Inspect(ctx, "job"); err != nil || !h.Held {
+		t.Fatalf("Inspect: %+v, %v", h, err)
 	}
-	select {
-	case err := <-got:
-		waited = time.Since(released)
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the waiter behind a vanished one was not granted within 20s")
-	}
-	if waited > 5*time.Second {
-		t.Errorf("granted %v after the release; want about the %v window", waited, window)
-	}
+	waited := grantedAfterRelease(t, srv, ls, "job", 2, window, 5*time.Second)
 	t.Logf("granted %v after the release (window %v)", waited, window)
 }
 
