@@ -9,10 +9,9 @@
 -- Fair waits (the redis backend's WithFairQueue), with ARGV[4] only:
 -- ARGV[4] the waiter (the same on every attempt of one waiting Acquire),
 -- ARGV[5] the hand-off window in ms, ARGV[6] the release-notice channel;
--- KEYS[5] the waiters in the order they
--- came (score: µs), KEYS[6] each waiter's deadline (ms). A waiter takes a
--- free lock only when no live waiter came before it; until then it is
--- queued and told how long to wait. A place lapses when its waiter does not
+-- KEYS[5] the waiters in the order they came (score: µs), KEYS[6] each
+-- waiter's deadline (ms). A waiter takes a free lock only when no live
+-- waiter came before it; until then it is queued and told how long to wait. A place lapses when its waiter does not
 -- come back by its deadline; once the lock is free, the first waiter's is a
 -- window away at most, so a waiter that vanished holds the others up for
 -- about a window.
