@@ -46,16 +46,23 @@
 // [WithFairQueue] (URL fair=true) keeps waiting Acquires in the order they
 // first found the lock held: an attempt of a waiter takes a free lock only
 // when no live waiter came before it, and is otherwise queued and told how
-// long to wait. A release gives the first waiter a window (250 ms by
-// default) to take the lock; a waiter that does not come back by its
-// deadline (the time it was told to wait, plus the window) loses its place,
-// so a waiter whose process died holds the others up for about one window,
-// and one that gives up (ctx) leaves the queue at once. TryAcquire takes a
-// free lock whoever waits, as the fair locks of java.util.concurrent do,
-// and so does a Locker without the option: give every Locker of a key the
-// same setting. The queue only decides who may take a free lock; mutual
-// exclusion and tokens are as without it. It costs a command or two per
-// acquire and release, and a notice round trip per hand-off.
+// long to wait. A release's notice names the first waiter and wakes only
+// it; it has a window (250 ms by default) from the release to take the lock,
+// and the waiters behind it look again every window. A place that is not
+// first lasts a few seconds past the time its waiter was told to wait (a
+// client may come back late); the first waiter's place lapses a window
+// after the lock is seen free, so a waiter whose process died holds the
+// others up for about one window, and one that gives up (ctx) leaves the
+// queue at once. A waiter whose notices fail (it then polls with back-off)
+// may miss its window and go to the back. A grant taken from the queue
+// sends a notice of its own, so Watch and election observers learn of the
+// new holder at once. TryAcquire takes a free lock whoever waits, as the
+// fair locks of java.util.concurrent do, and so does a Locker without the
+// option: give every Locker of a key the same setting. The queue only
+// decides who may take a free lock; mutual exclusion and tokens are as
+// without it. It costs a command or two per acquire and release, and a
+// notice round trip per hand-off. Inspect does not count the queue
+// (Waiters stays -1).
 //
 // # Guarantees
 //
