@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/distlock/distlock/driver"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 )
 
 const (
@@ -28,6 +30,9 @@ const (
 	// notice back until it came back.
 	progressEvery = time.Second
 	silentAfter   = 3 * time.Second
+	// watchTryKey is the gRPC metadata key that gives each loss watch try
+	// a stream of its own.
+	watchTryKey = "distlock-loss-watch-try"
 )
 
 // watcher is the backend's loss watch: one etcd watch on the whole prefix
@@ -45,6 +50,7 @@ type watcher struct {
 	b *backend
 	// beforeWatch, if set (by tests), runs before each watch is made.
 	beforeWatch func()
+	tries       uint64 // watches made; only run touches it
 
 	// mu guards the fields below; a handle's own mu is taken inside it.
 	mu      sync.Mutex
@@ -126,7 +132,16 @@ func (w *watcher) watch() (up bool) {
 	w.mu.Unlock()
 	// WithRequireLeader: a member cut off from the leader ends the watch
 	// instead of leaving it silent; it is then made again, elsewhere.
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(w.b.life))
+	// The try number: clientv3 keeps one gRPC stream per ctx metadata,
+	// and a watch abandoned before its member answered (a hung member)
+	// pins that stream to the member, with every later watch of the same
+	// metadata queued behind it, unsent. A stream of its own per try is
+	// free to land elsewhere; a pinned one stays open, idle, until the
+	// member answers or the client closes.
+	w.tries++
+	md := clientv3.WithRequireLeader(w.b.life)
+	md = metadata.AppendToOutgoingContext(md, watchTryKey, strconv.FormatUint(w.tries, 10))
+	ctx, cancel := context.WithCancel(md)
 	defer cancel()
 	w.mu.Lock()
 	w.cancel = cancel
