@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -192,6 +194,8 @@ func TestLossWatchSurvivesHungMember(t *testing.T) {
 	c := testserver.EtcdCluster(t, 3)
 	t.Run("EachMember", func(t *testing.T) { lossWatchEachMemberHung(t, c) })
 	t.Run("RemadeOnHungMember", func(t *testing.T) { lossWatchRemadeOnHungMember(t, c) })
+	t.Run("WaiterOnHungMember", func(t *testing.T) { waiterOnHungMember(t, c) })
+	t.Run("OpenDropsHungMember", func(t *testing.T) { openDropsHungMember(t, c) })
 }
 
 func lossWatchEachMemberHung(t *testing.T, c *testserver.Cluster) {
@@ -281,6 +285,145 @@ func lossWatchRemadeOnHungMember(t *testing.T, c *testserver.Cluster) {
 	case <-time.After(notice):
 		t.Errorf("key deleted while member 0 hung, Done still open after %v", notice)
 	}
+}
+
+// A waiter whose watch is on a member that hangs must still learn that its
+// predecessor went: first in the queue, it holds the lock without knowing,
+// and every other Locker waits behind it until its context ends.
+func waiterOnHungMember(t *testing.T, c *testserver.Cluster) {
+	const key = "waiter-on-hung"
+	endpoints := c.Endpoints()
+	ctx := ctxT(t, 2*time.Minute)
+	holder, err := New(newClient(t, others(endpoints, 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Close() })
+	held := tryAcquireUntil(ctx, t, holder, key)
+	// The waiter's client knows only member 0: its queue key and its
+	// watch are made there.
+	wcli := newClient(t, endpoints[:1])
+	waiter, err := New(wcli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = waiter.Close() })
+	type result struct {
+		ls  *distlock.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		ls, err := waiter.Acquire(ctx, key, distlock.WithTTL(time.Minute))
+		got <- result{ls, err}
+	}()
+	for {
+		h, err := holder.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Waiters == 1 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // the waiter's watch is made
+	if err := c.Members[0].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := c.Members[0].Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	wcli.SetEndpoints(endpoints...)
+	for { // the members left may be electing a leader
+		err := held.Release(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	released := time.Now()
+	const turn = 40 * time.Second
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("waiter: %v", r.err)
+		}
+		// Released once member 0 is back: the balancer may send the
+		// delete there.
+		defer func() { _ = r.ls.Release(ctx) }()
+		t.Logf("the waiter took the lock %v after the release", time.Since(released).Round(time.Millisecond))
+	case <-time.After(turn):
+		t.Errorf("lock released while member 0 hung; its waiter still waiting after %v", turn)
+	}
+}
+
+// The client Open makes drops the connection of a member that hangs, so
+// that the balancer stops sending it calls that would wait out their
+// contexts: soon every call succeeds again.
+func openDropsHungMember(t *testing.T, c *testserver.Cluster) {
+	endpoints := c.Endpoints()
+	ctx := ctxT(t, 2*time.Minute)
+	u, err := url.Parse("etcd://" + strings.Join(endpoints, ",") + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := open(ctx, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := distlock.New(be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	// Make sure the client has a connection to every member.
+	for i := range 6 {
+		ls := tryAcquireUntil(ctx, t, l, fmt.Sprintf("open-hung-warm-%d", i))
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Members[0].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := c.Members[0].Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	// Without keep-alive pings one call in three waits out its context,
+	// for as long as the member hangs: 8 in a row (16 calls) would come
+	// about once in 650 tries.
+	const (
+		inARow   = 8
+		giveUp   = 45 * time.Second
+		callTime = 2 * time.Second
+	)
+	hung := time.Now()
+	run := 0
+	for run < inARow {
+		if time.Since(hung) > giveUp {
+			t.Fatalf("member 0 hung %v ago; calls still fail (%d in a row succeeded, want %d)", giveUp, run, inARow)
+		}
+		cctx, cancel := context.WithTimeout(ctx, callTime)
+		ls, err := l.TryAcquire(cctx, "open-hung")
+		if err == nil {
+			err = ls.Release(cctx)
+		}
+		cancel()
+		if err != nil {
+			run = 0
+			continue
+		}
+		run++
+	}
+	t.Logf("%d calls in a row succeeded %v after member 0 hung", 2*inARow, time.Since(hung).Round(time.Millisecond))
 }
 
 func tryAcquireUntil(ctx context.Context, t *testing.T, l distlock.Locker, key string) *distlock.Lease {

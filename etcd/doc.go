@@ -72,8 +72,28 @@
 // so a member that hangs with its connection open (or a silent network
 // path) delays notices by about that much per try, not until it comes
 // back. The client's balancer picks the member of each new watch, and may
-// pick the hung one again (about one time in the number of endpoints): a
-// CI run saw a notice still held back after 15 s, about five tries.
+// pick the hung one again (about one time in the number of endpoints).
+// Each try has a gRPC stream of its own (the client shares one stream among
+// watches with the same context metadata, and a watch given up before its
+// member answered pins that stream to the member, with every later watch
+// of the same metadata queued behind it, unsent); a stream so pinned stays
+// open, idle, until the member answers or the client closes.
+//
+// # A member that hangs
+//
+// A member that stops answering with its connection open (SIGSTOP, a
+// stalled disk, a silent network path) is not noticed by gRPC unless the
+// client sends keep-alive pings; meanwhile the balancer keeps sending it
+// calls, which wait out their contexts. The client Open makes pings every
+// 10 s and drops a connection silent for 5 s more, so calls succeed again
+// about 15 s after a member hangs; a client given to New needs
+// DialKeepAliveTime and DialKeepAliveTimeout set for the same (etcd refuses
+// pings more often than every 5 s by default). The backend itself bounds
+// what it does in the background: the loss watch as above, and a waiting
+// Acquire reads its place in the queue every 5 s besides watching its
+// predecessor, so a watch on a hung member cannot leave a waiter, first in
+// the queue and so the owner, unaware of it for longer (until then every
+// other Locker waits behind it).
 //
 // # Inspect and Watch
 //

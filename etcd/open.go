@@ -21,6 +21,18 @@ func init() {
 // (together with Open's context), unless the URL sets dial_timeout.
 const DefaultDialTimeout = 5 * time.Second
 
+// The client Open makes pings each member every keepAliveTime while it has
+// calls or watches there, and drops a connection that does not answer within
+// keepAliveTimeout: a member that hangs with its connection open (SIGSTOP, a
+// stalled disk, a silent network path) would otherwise take every call the
+// balancer sends it until that call's context ended. etcd refuses pings more
+// often than every 5 s (--grpc-keepalive-min-time), and gRPC sends none more
+// often than every 10 s.
+const (
+	keepAliveTime    = 10 * time.Second
+	keepAliveTimeout = 5 * time.Second
+)
+
 // open serves etcd://host:port[,host:port…]/?prefix=…&dial_timeout=…&loss_watch=…
 // The client it makes belongs to the Locker and is closed by its Close.
 func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backend, error) {
@@ -50,7 +62,8 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 	if err := driver.Reachable(ctx, endpoints, dial); err != nil {
 		return nil, err
 	}
-	cfg := clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop()}
+	cfg := clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop(),
+		DialKeepAliveTime: keepAliveTime, DialKeepAliveTimeout: keepAliveTimeout}
 	if u.User != nil {
 		cfg.Username = u.User.Username()
 		cfg.Password, _ = u.User.Password()

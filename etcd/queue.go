@@ -16,6 +16,12 @@ import (
 // connection is failing.
 const retryPause = 100 * time.Millisecond
 
+// rereadEvery is how often a waiter reads its place in the queue even though
+// its watch said nothing: a watch whose member hangs with its connection open
+// hears nothing, and its waiter, first in the queue once its predecessor
+// goes, would hold the lock without knowing, until its context ended.
+const rereadEvery = 5 * time.Second
+
 // syncChecks are when, after its watch is made, a waiter re-reads the queue
 // in case etcd left that watch to its 100 ms catch-up loop (see follow): the
 // first always, the others only while the store keeps moving.
@@ -124,6 +130,8 @@ func (b *backend) follow(ctx context.Context, q, me string, rev int64, l *lease,
 	check := time.NewTimer(time.Hour)
 	check.Stop()
 	defer check.Stop()
+	reread := time.NewTimer(rereadEvery)
+	defer reread.Stop()
 	// recheck re-reads the queue once the watch exists: a predecessor still
 	// there then is deleted later, at a revision the watch hears. done means
 	// the position changed (or the read failed) and follow must return.
@@ -189,6 +197,21 @@ func (b *backend) follow(ctx context.Context, q, me string, rev int64, l *lease,
 			if next, start, done, err := recheck(); done {
 				return next, start, err
 			}
+		case <-reread.C:
+			rctx, rcancel := context.WithTimeout(ctx, checkTimeout)
+			start := time.Now()
+			next, err := b.position(rctx, q, me, rev)
+			rcancel()
+			switch {
+			case errors.Is(err, errKeyGone):
+				return position{}, time.Time{}, err
+			case err != nil: // a hung or lost member: next time
+			case next.owner || next.pred != pos.pred:
+				return next, start, nil
+			default:
+				pos.predIsOwner = next.predIsOwner
+			}
+			reread.Reset(rereadEvery)
 		case <-ka.C:
 			period := l.period()
 			kctx, kcancel := context.WithTimeout(ctx, period/3)
@@ -211,7 +234,10 @@ func (b *backend) follow(ctx context.Context, q, me string, rev int64, l *lease,
 func (b *backend) reposition(ctx context.Context, q, me string, rev int64) (position, time.Time, error) {
 	for {
 		start := time.Now()
-		pos, err := b.position(ctx, q, me, rev)
+		// Bounded: the balancer may send the read to a member that hangs.
+		pctx, cancel := context.WithTimeout(ctx, checkTimeout)
+		pos, err := b.position(pctx, q, me, rev)
+		cancel()
 		if err == nil {
 			return pos, start, nil
 		}
