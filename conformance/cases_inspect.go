@@ -20,10 +20,18 @@ func (e *env) inspect(l distlock.Locker, key, why string) distlock.Holder {
 	return h
 }
 
+// queues reports whether l's backend keeps its waiters in a queue on the
+// server, which Inspect counts: waiters that watch their place (WaitQueue),
+// or that are woken in the order they came (FIFO).
+func queues(l distlock.Locker) bool {
+	g := l.Guarantees()
+	return g.Wait == distlock.WaitQueue || g.FIFO
+}
+
 // noWaiters is the Waiters of a key nobody waits for: 0 where the backend
 // keeps a queue, -1 where it does not.
 func noWaiters(l distlock.Locker) int {
-	if l.Guarantees().Wait == distlock.WaitQueue {
+	if queues(l) {
 		return 0
 	}
 	return -1
@@ -152,7 +160,7 @@ func inspectValueBounds(e *env) {
 
 func inspectWaiters(e *env) {
 	a := e.locker()
-	if a.Guarantees().Wait != distlock.WaitQueue {
+	if !queues(a) {
 		e.mustBeFree(a, e.key("k"), "Waiters of a backend without a queue")
 		return // -1 checked by mustBeFree
 	}

@@ -24,7 +24,8 @@ type Holder struct {
 	// one (ZooKeeper: the lock lasts as long as its holder's session).
 	TTL time.Duration
 	// Waiters is the number of callers queued for the key on the server,
-	// or -1 where the backend keeps no queue (Redis, Redlock, memory).
+	// or -1 where the backend keeps no queue (Redis without a fair queue,
+	// Redlock, memory).
 	Waiters int
 }
 

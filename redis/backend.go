@@ -84,6 +84,7 @@ var guarantees = distlock.Guarantees{
 func (b *backend) Guarantees() distlock.Guarantees {
 	g := guarantees
 	g.Notes = append([]string(nil), guarantees.Notes...)
+	g.FIFO = b.fair > 0
 	return g
 }
 

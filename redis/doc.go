@@ -61,8 +61,8 @@
 // option: give every Locker of a key the same setting. The queue only
 // decides who may take a free lock; mutual exclusion and tokens are as
 // without it. It costs a command or two per acquire and release, and a
-// notice round trip per hand-off. Inspect does not count the queue
-// (Waiters stays -1).
+// notice round trip per hand-off. Guarantees reports FIFO, and Inspect
+// counts the queue's live places as Waiters (see Inspection).
 //
 // # Guarantees
 //
@@ -95,7 +95,11 @@
 // the master of the key's slot) and returns the lock's owner and PTTL, the
 // counter and the holder record. Held is whether the lock key exists; TTL
 // is its PTTL as the server counts it (whole milliseconds, at least 1ms
-// while held); Waiters is -1, as waiters are not queued on the server.
+// while held); Waiters is -1, as waiters are not queued on the server,
+// unless WithFairQueue queues them: then it counts the places that have
+// not lapsed, read in the same script (a waiting Acquire, or for up to
+// its place's deadline one that went away without leaving: a crashed
+// process; one that gives up leaves at once).
 // Token is the holder's: while a lock exists its counter is its token (the
 // acquire script sets the lock and advances the counter together, a resent
 // copy of the same attempt only reads the counter back, and nothing else

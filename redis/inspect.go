@@ -21,15 +21,28 @@ import (
 // the lock exists (an acquire finds it held; a resent acquire of the same
 // attempt only reads the counter back), so while a lock is held its
 // counter is its holder's token.
+//
+// With a fair queue, Waiters counts the queue's places that have not
+// lapsed, in the same script: Acquire calls waiting their turn, and for
+// up to their place's deadline those that went away without leaving (a
+// crashed process; one that gave up leaves at once). Without one, waiters
+// are not queued on the server and Waiters is -1.
 func (b *backend) Inspect(ctx context.Context, key string) (driver.Holder, error) {
-	nl, err := redisnode.InspectOn(ctx, b.client, redisnode.KeysFor(b.prefix, key))
+	inspect, waiters := redisnode.InspectOn, -1
+	if b.fair > 0 {
+		inspect = redisnode.InspectQueueOn
+	}
+	nl, err := inspect(ctx, b.client, redisnode.KeysFor(b.prefix, key))
 	if err != nil {
 		return driver.Holder{}, err
 	}
-	if !nl.Held {
-		return driver.Holder{Waiters: -1}, nil
+	if b.fair > 0 {
+		waiters = nl.Waiters
 	}
-	h := driver.Holder{Held: true, Value: nl.Value, Waiters: -1,
+	if !nl.Held {
+		return driver.Holder{Waiters: waiters}, nil
+	}
+	h := driver.Holder{Held: true, Value: nl.Value, Waiters: waiters,
 		// PTTL is rounded down to the millisecond: a lock in its last one
 		// is still held.
 		TTL: max(nl.TTL, time.Millisecond)}

@@ -29,25 +29,58 @@ type NodeLock struct {
 	Recorded bool
 	Token    distlock.Token
 	Value    string
+	// Waiters is the fair queue's live places (InspectQueueOn only), held
+	// or free.
+	Waiters int
 }
 
 // InspectOn reads k's lock in one round trip, with a script that writes
 // nothing: the lock's owner and PTTL, the counter, and the holder record
 // when it is the current owner's.
 func InspectOn(ctx context.Context, c goredis.Scripter, k Keys) (NodeLock, error) {
-	v, err := inspectScript.Run(ctx, c, []string{k.Lock, k.Counter, k.Holder}).Slice()
+	return inspectOn(ctx, c, []string{k.Lock, k.Counter, k.Holder})
+}
+
+// InspectQueueOn is InspectOn that also counts the live places of k's fair
+// queue (WithFairQueue), in the same round trip.
+func InspectQueueOn(ctx context.Context, c goredis.Scripter, k Keys) (NodeLock, error) {
+	_, deadlines := k.Queue()
+	return inspectOn(ctx, c, []string{k.Lock, k.Counter, k.Holder, deadlines})
+}
+
+func inspectOn(ctx context.Context, c goredis.Scripter, keys []string) (NodeLock, error) {
+	v, err := inspectScript.Run(ctx, c, keys).Slice()
 	if err != nil {
 		return NodeLock{}, fmt.Errorf("inspect script: %w", err)
 	}
 	bad := func() (NodeLock, error) { return NodeLock{}, fmt.Errorf("inspect script: unexpected reply %q", v) }
+	queue := len(keys) == 4
 	if len(v) == 0 {
 		return bad()
 	}
 	if held, ok := v[0].(int64); !ok || held == 0 {
-		if ok && len(v) == 1 {
+		switch {
+		case ok && !queue && len(v) == 1:
 			return NodeLock{}, nil
+		case ok && queue && len(v) == 2:
+			if n, ok := v[1].(int64); ok {
+				return NodeLock{Waiters: int(n)}, nil
+			}
 		}
 		return bad()
+	}
+	var waiters int
+	if queue {
+		n, ok := v[len(v)-1].(int64)
+		if len(v) != 7 || !ok {
+			return bad()
+		}
+		waiters = int(n)
+		if v[4] == nil && v[5] == nil {
+			v = v[:4] // no record of the owner
+		} else {
+			v = v[:6]
+		}
 	}
 	if len(v) != 4 && len(v) != 6 {
 		return bad()
@@ -57,7 +90,7 @@ func InspectOn(ctx context.Context, c goredis.Scripter, k Keys) (NodeLock, error
 	if !ok1 || !ok2 {
 		return bad()
 	}
-	nl := NodeLock{Held: true, Owner: owner, TTL: time.Duration(max(pttl, 0)) * time.Millisecond}
+	nl := NodeLock{Held: true, Owner: owner, TTL: time.Duration(max(pttl, 0)) * time.Millisecond, Waiters: waiters}
 	if s, ok := v[3].(string); ok {
 		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 			nl.Counter, nl.CounterOK = distlock.Token(n), true

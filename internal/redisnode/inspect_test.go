@@ -178,3 +178,58 @@ func TestHolderRecordRedlock(t *testing.T) {
 		t.Fatal("a refused phase 2 wrote a holder record")
 	}
 }
+
+// InspectQueueOn counts the fair queue's live places, held or free, in the
+// same reply as the lock; lapsed places and the holder are not counted.
+func TestInspectQueue(t *testing.T) {
+	srv := testserver.Redis(t)
+	c := newClient(t, srv.Addr())
+	ctx := t.Context()
+	k := redisnode.KeysFor("q:", "k")
+	const window = 100 * time.Millisecond
+	inspect := func(what string, held bool, waiters int) redisnode.NodeLock {
+		t.Helper()
+		nl, err := redisnode.InspectQueueOn(ctx, c, k)
+		if err != nil || nl.Held != held || nl.Waiters != waiters {
+			t.Fatalf("%s: InspectQueueOn = %+v, %v; want held %v, %d waiters", what, nl, err, held, waiters)
+		}
+		return nl
+	}
+	inspect("never taken", false, 0)
+	a, err := redisnode.AcquireFairOn(ctx, c, k, "a", time.Minute, "", "wa", window)
+	if err != nil || !a.Acquired {
+		t.Fatal(a, err)
+	}
+	inspect("held, nobody waiting (the holder is not a waiter)", true, 0)
+	for _, w := range []string{"wb", "wc"} {
+		if r, err := redisnode.AcquireFairOn(ctx, c, k, "o"+w, time.Minute, "", w, window); err != nil || r.Acquired {
+			t.Fatal(r, err)
+		}
+	}
+	nl := inspect("held, two waiting", true, 2)
+	if nl.Owner != "a" || nl.Recorded || !nl.CounterOK || nl.Counter != a.Token {
+		t.Fatalf("held without a value: %+v; want owner a, no record, counter %d", nl, a.Token)
+	}
+	if ok, err := redisnode.DequeueOn(ctx, c, k, "wc"); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	inspect("one waiter left the queue", true, 1)
+	if ok, err := redisnode.ReleaseFairOn(ctx, c, k, "a", time.Second, false, window); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	inspect("free, its first waiter's window open", false, 1)
+	// The first waiter never comes: its place lapses after the window.
+	time.Sleep(2 * window)
+	inspect("free, the waiter's place lapsed", false, 0)
+	// A holder with a value: the record comes with the count.
+	v, err := redisnode.AcquireOn(ctx, c, k, "d", time.Minute, "value of d")
+	if err != nil || !v.Acquired {
+		t.Fatal(v, err)
+	}
+	if r, err := redisnode.AcquireFairOn(ctx, c, k, "oe", time.Minute, "", "we", window); err != nil || r.Acquired {
+		t.Fatal(r, err)
+	}
+	if nl := inspect("held with a value, one waiting", true, 1); !nl.Recorded || nl.Value != "value of d" || nl.Token != v.Token {
+		t.Fatalf("held with a value: %+v; want the record of token %d", nl, v.Token)
+	}
+}
