@@ -196,6 +196,7 @@ func TestLossWatchSurvivesHungMember(t *testing.T) {
 	t.Run("RemadeOnHungMember", func(t *testing.T) { lossWatchRemadeOnHungMember(t, c) })
 	t.Run("WaiterOnHungMember", func(t *testing.T) { waiterOnHungMember(t, c) })
 	t.Run("OpenDropsHungMember", func(t *testing.T) { openDropsHungMember(t, c) })
+	t.Run("WaitersKeepPlaces", func(t *testing.T) { waitersKeepPlaces(t, c) })
 }
 
 func lossWatchEachMemberHung(t *testing.T, c *testserver.Cluster) {

@@ -73,11 +73,14 @@
 // path) delays notices by about that much per try, not until it comes
 // back. The client's balancer picks the member of each new watch, and may
 // pick the hung one again (about one time in the number of endpoints).
-// Each try has a gRPC stream of its own (the client shares one stream among
-// watches with the same context metadata, and a watch given up before its
-// member answered pins that stream to the member, with every later watch
-// of the same metadata queued behind it, unsent); a stream so pinned stays
-// open, idle, until the member answers or the client closes.
+// Each try has a gRPC stream of its own, on a clientv3.Watcher of its own
+// that is closed with the try (the client shares one stream among watches
+// with the same context metadata, and a watch given up before its member
+// answered pins that stream to the member, with every later watch of the
+// same metadata queued behind it, unsent). A client whose Watcher is
+// wrapped (namespace.NewWatcher) is watched through the wrapper, each try
+// with metadata of its own; a stream pinned there stays open, idle, until
+// the member answers or the client closes.
 //
 // # A member that hangs
 //
@@ -89,11 +92,13 @@
 // about 15 s after a member hangs; a client given to New needs
 // DialKeepAliveTime and DialKeepAliveTimeout set for the same (etcd refuses
 // pings more often than every 5 s by default). The backend itself bounds
-// what it does in the background: the loss watch as above, and a waiting
+// what it does in the background: the loss watch as above; a waiting
 // Acquire reads its place in the queue every 5 s besides watching its
 // predecessor, so a watch on a hung member cannot leave a waiter, first in
 // the queue and so the owner, unaware of it for longer (until then every
-// other Locker waits behind it).
+// other Locker waits behind it); each of its reads gives up after 5 s; and
+// its lease is renewed from a goroutine of its own, which no read or watch
+// of the wait holds up.
 //
 // # Inspect and Watch
 //

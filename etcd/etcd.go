@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -65,7 +66,8 @@ func newBackend(cli *clientv3.Client, owns bool, opts []distlock.Option) (*backe
 		watchCreate: defaultWatchCreate,
 	}
 	b.leases = clientv3.RetryLeaseClient(cli)
-	b.loss = &watcher{b: b, keys: map[string]*handle{}, unsure: map[string]*handle{}}
+	b.loss = &watcher{b: b, keys: map[string]*handle{}, unsure: map[string]*handle{},
+		ownWatchers: reflect.TypeOf(cli.Watcher) == reflect.TypeOf(clientv3.NewWatcher(cli))}
 	return b, nil
 }
 

@@ -51,6 +51,9 @@ type watcher struct {
 	// beforeWatch, if set (by tests), runs before each watch is made.
 	beforeWatch func()
 	tries       uint64 // watches made; only run touches it
+	// ownWatchers: the client's Watcher is its own (not wrapped), so each
+	// try can have a clientv3.Watcher of its own on the same connection.
+	ownWatchers bool
 
 	// mu guards the fields below; a handle's own mu is taken inside it.
 	mu      sync.Mutex
@@ -130,14 +133,22 @@ func (w *watcher) watch() (up bool) {
 		from = w.seen + 1
 	}
 	w.mu.Unlock()
+	// Each try has a gRPC stream of its own: clientv3 keeps one stream per
+	// ctx metadata, and a watch abandoned before its member answered (a
+	// hung member) pins that stream to the member, with every later watch
+	// of the same metadata queued behind it, unsent. A watcher of the
+	// try's own is closed with the try, pinned stream and all. A client
+	// whose Watcher is wrapped (namespace) is watched through its wrapper,
+	// with the try number as metadata: a stream pinned there stays open,
+	// idle, until the member answers or the client closes.
+	wt := w.b.cli.Watcher
+	if w.ownWatchers {
+		own := clientv3.NewWatcher(w.b.cli)
+		defer func() { _ = own.Close() }() // after cancel: keepAlive is done with it
+		wt = own
+	}
 	// WithRequireLeader: a member cut off from the leader ends the watch
 	// instead of leaving it silent; it is then made again, elsewhere.
-	// The try number: clientv3 keeps one gRPC stream per ctx metadata,
-	// and a watch abandoned before its member answered (a hung member)
-	// pins that stream to the member, with every later watch of the same
-	// metadata queued behind it, unsent. A stream of its own per try is
-	// free to land elsewhere; a pinned one stays open, idle, until the
-	// member answers or the client closes.
 	w.tries++
 	md := clientv3.WithRequireLeader(w.b.life)
 	md = metadata.AppendToOutgoingContext(md, watchTryKey, strconv.FormatUint(w.tries, 10))
@@ -156,9 +167,9 @@ func (w *watcher) watch() (up bool) {
 	w.b.wg.Add(1)
 	go func() {
 		defer w.b.wg.Done()
-		w.keepAlive(ctx, cancel, &heard)
+		w.keepAlive(ctx, wt, cancel, &heard)
 	}()
-	for wr := range w.b.cli.Watch(ctx, w.b.prefix+"/", opts...) {
+	for wr := range wt.Watch(ctx, w.b.prefix+"/", opts...) {
 		heard.Store(time.Now().UnixNano())
 		if wr.CompactRevision != 0 {
 			// The revisions after seen are gone: start afresh and read
@@ -206,7 +217,7 @@ func (w *watcher) watch() (up bool) {
 
 // keepAlive asks for a progress notice every progressEvery and ends the
 // watch (cancel) once it has heard nothing for silentAfter.
-func (w *watcher) keepAlive(ctx context.Context, cancel context.CancelFunc, heard *atomic.Int64) {
+func (w *watcher) keepAlive(ctx context.Context, wt clientv3.Watcher, cancel context.CancelFunc, heard *atomic.Int64) {
 	t := time.NewTicker(progressEvery)
 	defer t.Stop()
 	for {
@@ -221,7 +232,7 @@ func (w *watcher) keepAlive(ctx context.Context, cancel context.CancelFunc, hear
 		}
 		// The watch's own ctx: progress requests go to its stream.
 		rctx, rcancel := context.WithTimeout(ctx, progressEvery)
-		_ = w.b.cli.RequestProgress(rctx)
+		_ = wt.RequestProgress(rctx)
 		rcancel()
 	}
 }

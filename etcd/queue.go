@@ -95,26 +95,64 @@ var errKeyGone = errors.New("etcd: our queue key disappeared while waiting (its 
 // waiter's lease alive and follows its predecessors until none is left.
 func (b *backend) wait(ctx context.Context, req driver.Request, q string, h *handle, rev int64, l *lease, pos position) (driver.Grant, error) {
 	me := h.key
-	// Renew before a third of the lease has gone, or sooner if a recycled
-	// lease has less left than that.
-	ka := time.NewTimer(min(l.period()/3, l.left(time.Now())/2))
-	defer ka.Stop()
+	gone, stop := b.keepWaiting(ctx, l)
 	for {
-		next, start, err := b.follow(ctx, q, me, rev, l, pos, ka)
+		next, start, err := b.follow(ctx, q, me, rev, pos, gone)
 		if err != nil {
+			stop()
 			return driver.Grant{}, err
 		}
 		if next.owner {
+			stop() // before owned renews l itself
 			return b.owned(ctx, req, h, rev, l, start)
 		}
 		pos = next
 	}
 }
 
+// keepWaiting keeps a waiter's lease l alive until stop is called (which
+// returns once it has stopped), from a goroutine of its own: a read or watch
+// of the wait that hangs on a member that does must not hold the renewal
+// up. gone closes if the server says the lease is gone.
+func (b *backend) keepWaiting(ctx context.Context, l *lease) (gone <-chan struct{}, stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	g, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		// Renew before a third of the lease has gone, or sooner if a
+		// recycled lease has less left than that.
+		t := time.NewTimer(min(l.period()/3, l.left(time.Now())/2))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			period := l.period()
+			kctx, kcancel := context.WithTimeout(ctx, period/3)
+			err := b.keepAlive(kctx, l)
+			kcancel()
+			if leaseGone(err) {
+				close(g)
+				return
+			}
+			next := period / 3
+			if err != nil {
+				next = min(next, time.Second) // try again sooner
+			}
+			t.Reset(next)
+		}
+	}()
+	return g, func() { cancel(); <-done }
+}
+
 // follow watches pos.pred, and only it, until it goes, and returns our next
 // position and when it was learnt (the start of the confirming round trip,
-// or the arrival of the deletion). It renews l each time ka fires.
-func (b *backend) follow(ctx context.Context, q, me string, rev int64, l *lease, pos position, ka *time.Timer) (position, time.Time, error) {
+// or the arrival of the deletion). gone closes if our lease is gone. Every
+// read is bounded (checkTimeout): the balancer may send it to a member
+// that hangs.
+func (b *backend) follow(ctx context.Context, q, me string, rev int64, pos position, gone <-chan struct{}) (position, time.Time, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	// Watch from the store's current revision, not from pos.from: etcd
@@ -144,7 +182,7 @@ func (b *backend) follow(ctx context.Context, q, me string, rev int64, l *lease,
 	recheck := func() (next position, start time.Time, done bool, err error) {
 		checks++
 		start = time.Now()
-		next, err = b.position(ctx, q, me, rev)
+		next, err = b.boundedPosition(ctx, q, me, rev)
 		switch {
 		case errors.Is(err, errKeyGone):
 			return position{}, time.Time{}, true, err
@@ -198,10 +236,8 @@ func (b *backend) follow(ctx context.Context, q, me string, rev int64, l *lease,
 				return next, start, err
 			}
 		case <-reread.C:
-			rctx, rcancel := context.WithTimeout(ctx, checkTimeout)
 			start := time.Now()
-			next, err := b.position(rctx, q, me, rev)
-			rcancel()
+			next, err := b.boundedPosition(ctx, q, me, rev)
 			switch {
 			case errors.Is(err, errKeyGone):
 				return position{}, time.Time{}, err
@@ -212,19 +248,8 @@ func (b *backend) follow(ctx context.Context, q, me string, rev int64, l *lease,
 				pos.predIsOwner = next.predIsOwner
 			}
 			reread.Reset(rereadEvery)
-		case <-ka.C:
-			period := l.period()
-			kctx, kcancel := context.WithTimeout(ctx, period/3)
-			err := b.keepAlive(kctx, l)
-			kcancel()
-			if leaseGone(err) {
-				return position{}, time.Time{}, errKeyGone
-			}
-			next := period / 3
-			if err != nil {
-				next = min(next, time.Second) // try again sooner
-			}
-			ka.Reset(next)
+		case <-gone:
+			return position{}, time.Time{}, errKeyGone
 		}
 	}
 }
@@ -234,10 +259,7 @@ func (b *backend) follow(ctx context.Context, q, me string, rev int64, l *lease,
 func (b *backend) reposition(ctx context.Context, q, me string, rev int64) (position, time.Time, error) {
 	for {
 		start := time.Now()
-		// Bounded: the balancer may send the read to a member that hangs.
-		pctx, cancel := context.WithTimeout(ctx, checkTimeout)
-		pos, err := b.position(pctx, q, me, rev)
-		cancel()
+		pos, err := b.boundedPosition(ctx, q, me, rev)
 		if err == nil {
 			return pos, start, nil
 		}
@@ -268,6 +290,14 @@ func (b *backend) owned(ctx context.Context, req driver.Request, h *handle, rev 
 		}
 	}
 	return b.grant(req, h, rev, l, start), nil
+}
+
+// boundedPosition is position within checkTimeout: the balancer may send
+// the read to a member that hangs.
+func (b *backend) boundedPosition(ctx context.Context, q, me string, rev int64) (position, error) {
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	return b.position(ctx, q, me, rev)
 }
 
 // position reads where our key stands in the queue, in one round trip that

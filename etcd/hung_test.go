@@ -1,0 +1,193 @@
+package etcd
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/internal/testutil"
+)
+
+// Regression tests of the adversarial review of the hung-member changes.
+
+// metric reads one of the server's gauges/counters by its exact name.
+func metric(t *testing.T, addr, name string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return int(n)
+		}
+	}
+	t.Fatalf("no %s in %s/metrics (%v)", name, addr, sc.Err())
+	return 0
+}
+
+// Review (81ef4b2): each loss-watch try that is abandoned on a hung member
+// pins a gRPC watch stream of its own. Nothing ever closes such a stream:
+// its context is the client's valCtx, it has no watcher left, and clientv3
+// closes a stream only when a watcher of it closes. So every try made
+// during a hang leaks a stream (two client goroutines, a server stream)
+// for the life of the client: after the member is back, after the lease
+// is released, and after the Locker's Close (a client given to New).
+// Each try of the loss watch made while a member hangs is given up before
+// the member answers; none may leave a gRPC stream (client goroutines, a
+// server-side watch stream) behind once the Locker and its tries are done
+// (found by review: with the try number as metadata alone, every such try
+// left one until the client closed).
+func TestLossWatchTriesLeaveNoStreams(t *testing.T) {
+	s := testserver.Etcd(t)
+	ctx := ctxT(t, 90*time.Second)
+	cli := newClient(t, []string{s.Addr()})
+	if _, err := cli.Get(ctx, "warm-up"); err != nil {
+		t.Fatal(err)
+	}
+	ours := []string{"github.com/distlock/distlock", "go.etcd.io/etcd/client/v3"}
+	base, _ := testutil.Goroutines(ours...)
+	serverBase := metric(t, s.Addr(), "etcd_debugging_mvcc_watch_stream_total")
+	l, err := New(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := tryAcquireUntil(ctx, t, l, "leak")
+	time.Sleep(time.Second) // the loss watch is up
+
+	const hang = 12 * time.Second // about three tries of silentAfter
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(hang)
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	n, _ := testutil.Goroutines(ours...)
+	t.Logf("after Close: %d client/library goroutines (%d before New); server watch streams %d (%d before)",
+		n, base, metric(t, s.Addr(), "etcd_debugging_mvcc_watch_stream_total"), serverBase)
+	testutil.CheckNoGoroutines(t, base, ours...)
+}
+
+// Review (ccc6975): follow's periodic re-read is a blocking call inside the
+// loop that also renews the waiter's lease (ka). When the balancer sends the
+// re-read to a hung member, the loop sits for checkTimeout (5 s) and renews
+// nothing; a waiter whose lease is 5 s or shorter (TTL 4 s -> a 5 s etcd
+// lease) expires, its queue key is deleted, and Acquire fails with
+// errKeyGone (not transient: returned to the caller), although two of three
+// members are healthy. Before ccc6975 the renewals were bounded to a third
+// of the lease and retried after 1 s, so one hung member did not cost the
+// waiter its place. Clients as Open makes them (keep-alive pings); the hung
+// member is a follower.
+// Waiters with a short TTL (a 5 s etcd lease, renewed every 1.7 s) keep their
+// places while a follower hangs: no read of the wait that the balancer sends
+// to the hung member may hold their renewal up (found by review: a 5 s read
+// in the loop that renewed the lease let it expire, and an unbounded one
+// held it for the 15 s the client took to drop the member).
+func waitersKeepPlaces(t *testing.T, c *testserver.Cluster) {
+	endpoints := c.Endpoints()
+	ctx := ctxT(t, 3*time.Minute)
+	leader, err := c.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hung := (leader + 1) % len(endpoints)
+	const key = "waiters-keep-places"
+	holder, err := New(newClient(t, others(endpoints, hung)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Close() })
+	held := tryAcquireUntil(ctx, t, holder, key)
+
+	u, err := url.Parse("etcd://" + strings.Join(endpoints, ",") + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 6
+	type result struct {
+		i   int
+		ls  *distlock.Lease
+		err error
+		at  time.Duration
+	}
+	got := make(chan result, waiters)
+	began := time.Now()
+	for i := range waiters {
+		be, err := open(ctx, u, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := distlock.New(be)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		go func() {
+			ls, err := l.Acquire(ctx, key, distlock.WithTTL(4*time.Second))
+			got <- result{i, ls, err, time.Since(began)}
+		}()
+	}
+	for {
+		h, err := holder.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Waiters == waiters {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := c.Members[hung].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	defer func() { _ = c.Members[hung].Resume() }()
+	const window = 30 * time.Second
+	var failed []string
+	deadline := time.After(window)
+wait:
+	for {
+		select {
+		case r := <-got:
+			// Nobody can get the lock: the holder still has it.
+			failed = append(failed, fmt.Sprintf("waiter %d, %v after the hang: %v", r.i,
+				time.Since(paused).Round(100*time.Millisecond), r.err))
+		case <-deadline:
+			break wait
+		}
+	}
+	if len(failed) > 0 {
+		t.Errorf("member %d (a follower) hung; %d of %d waiters (TTL 4s) lost their place within %v:\n%s",
+			hung, len(failed), waiters, window, strings.Join(failed, "\n"))
+	} else {
+		t.Logf("member %d hung for %v; every waiter kept its place", hung, window)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Logf("release: %v", err)
+	}
+}
+
+// Review: Close of a Locker with a held lease and a waiting Acquire while
+// its only member hangs returns within its bounds.
