@@ -9,6 +9,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/mutation"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -64,6 +65,9 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 	}
 	cfg := clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop(),
 		DialKeepAliveTime: keepAliveTime, DialKeepAliveTimeout: keepAliveTimeout}
+	if mutation.On("etcd-no-keepalive") { // mutation: etcd-no-keepalive
+		cfg.DialKeepAliveTime, cfg.DialKeepAliveTimeout = 0, 0
+	}
 	if u.User != nil {
 		cfg.Username = u.User.Username()
 		cfg.Password, _ = u.User.Password()

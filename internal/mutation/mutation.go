@@ -9,7 +9,7 @@
 // variable DISTLOCK_MUTATION (a comma-separated list of names), once.
 //
 // The names: owner-reuse, token-restart, equal-token-accepted, no-giveback,
-// zk-requested-timeout, redlock-no-repair, guard-skipped.
+// zk-requested-timeout, redlock-no-repair, guard-skipped, etcd-no-keepalive.
 package mutation
 
 import "time"

@@ -374,14 +374,14 @@ func (f *faulter) apply(ctx context.Context, st Step) Applied {
 			u()
 		}
 		a.End = Mono()
-	case KPauseServer, KKillRestart:
+	case KPauseServer, KHangServer, KKillRestart:
 		if !f.claimServer(st.Target) {
 			return fail("server %d already under a fault", st.Target)
 		}
 		defer f.freeServer(st.Target)
 		s := tg.Servers[st.Target]
 		a.Start = Mono()
-		if st.Kind == KPauseServer {
+		if st.Kind != KKillRestart {
 			if err := s.Pause(); err != nil {
 				return fail("pause: %v", err)
 			}

@@ -22,6 +22,7 @@ const (
 	RuleRecovery    = "d-recovery"         // after the faults healed, the key sat free while waiters waited
 	RuleLeaseKept   = "d-lease-kept"       // a healthy holder lost its lease to a fault the backend tolerates
 	RuleStranded    = "d-stranded"         // a healthy waiter blocked on a key no lease held, past the faults, for longer than the give-back bound
+	RuleHang        = "d-hang"             // while a minority server hung, past hangGrace, the key sat free while waiters waited
 	RuleLossNotice  = "e-loss-notice"      // a stale holder's Done closed too late after another holder's grant
 	lossNoticeSlack = 300 * time.Millisecond
 )
@@ -102,6 +103,35 @@ func leasesOf(evs [][]Event) []leaseRec {
 	}
 	slices.SortFunc(out, func(a, b leaseRec) int { return cmpInt(a.granted, b.granted) })
 	return out
+}
+
+// freeGaps reports each stretch of [from, to] longer than bound in which the
+// key was free with no grant: the lease that ended it (nil: to came first).
+// A lease holds the key until its local validity plus linger.
+func freeGaps(ls []leaseRec, from, to int64, linger, bound time.Duration, report func(gap time.Duration, next *leaseRec)) {
+	for _, l := range ls {
+		if l.valid > from && l.granted <= from {
+			from = l.valid + int64(linger)
+		}
+	}
+	for i := range ls {
+		l := &ls[i]
+		if l.granted > to {
+			break
+		}
+		if l.granted >= from {
+			if gap := time.Duration(l.granted - from); gap > bound {
+				report(gap, l)
+			}
+		}
+		// A grant within the last one's linger holds the key too: the
+		// next gap counts from its end (the soak's redis seed
+		// 1795392207 counted two hand-offs in a row as a gap).
+		from = max(from, l.valid+int64(linger))
+	}
+	if gap := time.Duration(to - from); from < to && gap > bound {
+		report(gap, nil)
+	}
 }
 
 // stallsOf gathers each worker's "stall" events: stretches in which its
@@ -235,27 +265,31 @@ func judgeRandom(evs [][]Event, c Check, tg *Target, m Mode, applied []Applied, 
 	}
 	bound := tg.Election + time.Second + tg.Renew
 	if lastHeal > 0 {
-		from := lastHeal
-		for _, l := range ls {
-			if l.valid > from && l.granted <= from {
-				from = l.valid + int64(tg.Linger)
+		freeGaps(ls, lastHeal, stopT, tg.Linger, bound, func(gap time.Duration, next *leaseRec) {
+			if next == nil {
+				add(RuleRecovery, "after the last fault healed (%.3fs), no grant for the last %v of the run", float64(lastHeal)/1e9, gap.Round(time.Millisecond))
+				return
 			}
+			add(RuleRecovery, "after the last fault healed (%.3fs), the key was free with no grant for %v (bound: election/session %v + 1s + renew), until %v",
+				float64(lastHeal)/1e9, gap.Round(time.Millisecond), tg.Election, *next)
+		})
+	}
+	// A minority server that hangs with its connections open is a fault the
+	// backend tolerates: once its clients had time to notice (hangGrace),
+	// the lock works as after a heal.
+	for _, a := range applied {
+		if a.Skipped != "" || a.Kind != KHangServer || a.End-a.Start <= int64(hangGrace) {
+			continue
 		}
-		for _, l := range ls {
-			if l.granted >= from {
-				if gap := time.Duration(l.granted - from); gap > bound {
-					add(RuleRecovery, "after the last fault healed (%.3fs), the key was free with no grant for %v (bound: election/session %v + 1s + renew), until %v",
-						float64(lastHeal)/1e9, gap.Round(time.Millisecond), tg.Election, l)
-				}
+		from := a.Start + int64(hangGrace)
+		freeGaps(ls, from, a.End, tg.Linger, bound, func(gap time.Duration, next *leaseRec) {
+			what := "until the server resumed"
+			if next != nil {
+				what = "until " + next.String()
 			}
-			// A grant within the last one's linger holds the key too: the
-			// next gap counts from its end (the soak's redis seed
-			// 1795392207 counted two hand-offs in a row as a gap).
-			from = max(from, l.valid+int64(tg.Linger))
-		}
-		if gap := time.Duration(stopT - from); from < stopT && gap > bound {
-			add(RuleRecovery, "after the last fault healed (%.3fs), no grant for the last %v of the run", float64(lastHeal)/1e9, gap.Round(time.Millisecond))
-		}
+			add(RuleHang, "server %d hung from %.3fs to %.3fs; %v into the hang the key was free with no grant for %v (bound: election/session %v + 1s + renew), %s",
+				a.Target, float64(a.Start)/1e9, float64(a.End)/1e9, hangGrace, gap.Round(time.Millisecond), tg.Election, what)
+		})
 	}
 	for _, a := range applied {
 		if a.Skipped != "" {

@@ -334,3 +334,60 @@ func TestGenerateZooKeeperPauseWithin(t *testing.T) {
 		t.Errorf("beyond: longest server pause %v, want some past the session timeout %v", longest[Beyond], zkSession)
 	}
 }
+
+// TestHangRule: while a server hangs, a free key with no grant counts only
+// past hangGrace; a hang-server fault is drawn only when asked for.
+func TestHangRule(t *testing.T) {
+	ms := int64(time.Millisecond)
+	tg := &Target{Backend: "etcd3", TTL: time.Second, Renew: time.Second / 3, Linger: 500 * time.Millisecond,
+		Election: 3 * time.Second, Servers: make([]*testserver.Server, 3), Guarantees: distlock.Guarantees{Backend: "etcd", FailuresTolerated: 1}}
+	const hangEnd = 35_000
+	applied := []Applied{{Step: Step{Kind: KHangServer, Target: 0, Dur: hangEnd * time.Millisecond}, Start: 0, End: hangEnd * ms, Worker: -1}}
+	// Grants every 500 ms from 0 to 45 s but for a 9 s hole at hole.
+	run := func(hole int64) int {
+		var evs []Event
+		tok := int64(1)
+		for at := int64(0); at < 45_000; at += 500 {
+			if at >= hole && at < hole+9_000 {
+				continue
+			}
+			evs = append(evs, Event{Worker: 0, Ev: "acquire", Token: tok, T0: at * ms, T: at * ms},
+				Event{Worker: 0, Ev: "release", Token: tok, T0: (at + 100) * ms, T: (at+100)*ms + 1})
+			tok++
+		}
+		stopT := 45_000 * ms
+		all := [][]Event{evs}
+		return judgeRandom(all, check(all, 0, stopT), tg, Within, applied, stopT).Counted[RuleHang]
+	}
+	if n := run(5_000); n != 0 {
+		t.Errorf("a 9 s hole within the grace: d-hang %d, want 0", n)
+	}
+	if n := run(24_000); n != 1 {
+		t.Errorf("a 9 s hole past the grace: d-hang %d, want 1", n)
+	}
+	if n := run(60_000); n != 0 {
+		t.Errorf("no hole: d-hang %d, want 0", n)
+	}
+
+	o := GenOptions{Warmup: 500 * time.Millisecond, Span: 60 * time.Second}
+	for seed := range uint64(10) {
+		for _, st := range Generate(seed, tg, Within, o).Steps {
+			if st.Kind == KHangServer {
+				t.Fatalf("seed %d: hang-server drawn though not asked for", seed)
+			}
+		}
+	}
+	o.Kinds = []Kind{KHangServer}
+	var hangs int
+	for seed := range uint64(10) {
+		for _, st := range Generate(seed, tg, Within, o).Steps {
+			if st.Kind != KHangServer || st.Dur < hangMin || st.Dur > hangMax {
+				t.Fatalf("seed %d: %v, want hang-server steps of %v–%v", seed, st, hangMin, hangMax)
+			}
+			hangs++
+		}
+	}
+	if hangs == 0 {
+		t.Error("hang-server asked for, never drawn")
+	}
+}

@@ -24,6 +24,22 @@ const (
 	// every attempt under way is ambiguous at the same time, so whether the
 	// key is free afterwards rests on the give-backs alone.
 	KDropAll Kind = "drop-replies-all"
+	// KHangServer SIGSTOPs one server of a cluster for longer than its
+	// clients need to notice a member that hangs with its connections
+	// open (hangMin–hangMax), while the others carry on: the lock must keep
+	// working past hangGrace (RuleHang). Opt-in (GenOptions.Kinds), as it
+	// outlasts the usual spans; not in AllKinds.
+	KHangServer Kind = "hang-server"
+)
+
+// hangMin and hangMax bound a hang-server fault; hangGrace is how long
+// after the hang begins the lock must work again: etcd's client drops a
+// silent connection within its keep-alive time and timeout (10 s + 5 s),
+// then a waiter's next read of the queue comes within 5 s.
+const (
+	hangMin   = 30 * time.Second
+	hangMax   = 40 * time.Second
+	hangGrace = 20 * time.Second
 )
 
 // AllKinds lists every kind the generator knows.
@@ -159,7 +175,7 @@ func applicable(k Kind, tg *Target, m Mode) bool {
 		return true
 	case KBlackhole, KDelayLink, KDropReplies, KDropAll:
 		return tg.proxyable
-	case KPauseServer:
+	case KPauseServer, KHangServer:
 		// Within: a minority of a cluster; never a single server.
 		return m == Beyond || (g.FailuresTolerated > 0 && !single)
 	case KKillRestart:
@@ -183,7 +199,10 @@ func Generate(seed uint64, tg *Target, m Mode, o GenOptions) Schedule {
 		o.MeanGap = 700 * time.Millisecond
 	}
 	var kinds []Kind
-	for _, k := range AllKinds {
+	for _, k := range append(slices.Clip(AllKinds), KHangServer) {
+		if k == KHangServer && !slices.Contains(o.Kinds, k) {
+			continue // opt-in
+		}
 		if (o.Kinds == nil || slices.Contains(o.Kinds, k)) && applicable(k, tg, m) {
 			kinds = append(kinds, k)
 		}
@@ -215,7 +234,7 @@ func Generate(seed uint64, tg *Target, m Mode, o GenOptions) Schedule {
 			return false
 		}
 		switch st.Kind {
-		case KPauseServer, KKillRestart, KClockJump:
+		case KPauseServer, KHangServer, KKillRestart, KClockJump:
 			if st.Target < 0 || st.Target >= n {
 				return false
 			}
@@ -228,7 +247,7 @@ func Generate(seed uint64, tg *Target, m Mode, o GenOptions) Schedule {
 				return false
 			}
 		}
-		if st.Kind != KPauseServer && st.Kind != KKillRestart {
+		if st.Kind != KPauseServer && st.Kind != KHangServer && st.Kind != KKillRestart {
 			return true
 		}
 		if st.Kind == KKillRestart && m == Within && tg.Guarantees.RestartLosesLocks && st.Dur < delayedRestart(tg) {
@@ -283,6 +302,9 @@ func Generate(seed uint64, tg *Target, m Mode, o GenOptions) Schedule {
 			st.Dur = linkDur(500*time.Millisecond, 3*time.Second) // beyond go-redis's own retries
 		case KDropAll:
 			st.Dur = linkDur(500*time.Millisecond, 3*time.Second)
+		case KHangServer:
+			st.Target = rng.IntN(n)
+			st.Dur = between(hangMin, hangMax)
 		case KPauseServer, KKillRestart:
 			st.Target = rng.IntN(n)
 			if k == KPauseServer {

@@ -107,7 +107,15 @@ func TestSoak(t *testing.T) {
 	default:
 		t.Fatalf("SOAK_WORKLOAD=%q: want lock or election", w)
 	}
-	t.Logf("soak: %v per backend, rounds of %v, seeds from %d", total, round, base)
+	// SOAK_KINDS (comma-separated) narrows the draws to those kinds, and
+	// admits the opt-in ones (hang-server).
+	var kinds []Kind
+	for _, k := range strings.Split(os.Getenv("SOAK_KINDS"), ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			kinds = append(kinds, Kind(k))
+		}
+	}
+	t.Logf("soak: %v per backend, rounds of %v, seeds from %d, kinds %v", total, round, base, kinds)
 	began := time.Now()
 	sh := Setup(t)
 	var (
@@ -142,7 +150,7 @@ func TestSoak(t *testing.T) {
 					ok := t.Run(name, func(t *testing.T) {
 						row = RunRandom(t, sh, tg, RandomConfig{Mode: mode, Seed: seed, Think: 6 * time.Millisecond,
 							Workload: workload, Term: 2 * time.Second,
-							Gen:    GenOptions{Warmup: time.Second, Span: span, MeanGap: time.Second},
+							Gen:    GenOptions{Warmup: time.Second, Span: span, MeanGap: time.Second, Kinds: kinds},
 							Settle: 5 * time.Second})
 						t.Log(row)
 						judgeRow(t, row)
