@@ -106,7 +106,7 @@ func mutationCases() []mutationCase {
 		{name: "etcd-no-keepalive", mutation: "etcd-no-keepalive", backend: "etcd3", mode: Within, kinds: []Kind{KHangServer}, seed: 7,
 			expect: []string{RuleHang, RuleRecovery}, span: 2 * time.Second, settle: 3 * time.Second, gap: time.Second,
 			script: []Step{{At: 500 * time.Millisecond, Kind: KHangServer, Target: 0, Dur: 35 * time.Second}},
-			why: "a member hangs with its connections open (SIGSTOP) for 35 s: without gRPC keep-alives the client never drops it, and the calls the balancer sends it wait out their contexts, the key free meanwhile"},
+			why:    "a member hangs with its connections open (SIGSTOP) for 35 s: without gRPC keep-alives the client never drops it, and the calls the balancer sends it wait out their contexts, the key free meanwhile"},
 	}
 }
 
