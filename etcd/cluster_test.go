@@ -197,6 +197,8 @@ func TestLossWatchSurvivesHungMember(t *testing.T) {
 	t.Run("WaiterOnHungMember", func(t *testing.T) { waiterOnHungMember(t, c) })
 	t.Run("OpenDropsHungMember", func(t *testing.T) { openDropsHungMember(t, c) })
 	t.Run("WaitersKeepPlaces", func(t *testing.T) { waitersKeepPlaces(t, c) })
+	t.Run("ShortTTLWaitersKeepPlaces", func(t *testing.T) { shortTTLWaitersKeepPlaces(t, c) })
+	t.Run("OwnedRenewal", func(t *testing.T) { ownedRenewalSurvivesHungMember(t, c) })
 }
 
 func lossWatchEachMemberHung(t *testing.T, c *testserver.Cluster) {

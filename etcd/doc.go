@@ -96,9 +96,12 @@
 // Acquire reads its place in the queue every 5 s besides watching its
 // predecessor, so a watch on a hung member cannot leave a waiter, first in
 // the queue and so the owner, unaware of it for longer (until then every
-// other Locker waits behind it); each of its reads gives up after 5 s; and
-// its lease is renewed from a goroutine of its own, which no read or watch
-// of the wait holds up.
+// other Locker waits behind it); each of its reads gives up after 2 s and
+// is tried again at once (a new pick of the balancer); and its lease is
+// renewed from a goroutine of its own, which no read or watch of the wait
+// holds up, each try bounded by a sixth of the lease and a failed one
+// tried again at once, as is the renewal of a waiter that becomes the
+// owner with less than half its TTL left.
 //
 // # Inspect and Watch
 //

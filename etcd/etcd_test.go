@@ -77,6 +77,7 @@ type pollingBackend struct{ *conformance.Crashable }
 func (p pollingBackend) Guarantees() distlock.Guarantees {
 	g := p.Crashable.Guarantees()
 	g.Wait = distlock.WaitPoll
+	g.FIFO = false // polling waiters race
 	return g
 }
 

@@ -2,9 +2,11 @@ package etcd
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +15,8 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/internal/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/namespace"
 )
 
 // Regression tests of the adversarial review of the hung-member changes.
@@ -191,3 +195,290 @@ wait:
 
 // Review: Close of a Locker with a held lease and a waiting Acquire while
 // its only member hangs returns within its bounds.
+
+// Waiters with a TTL of 2 s (a 3 s etcd lease) keep their places while a
+// follower hangs (found by the second review: a renewal sent to the hung
+// member timed out after a third of the lease, and the retry came a second
+// later, when the lease had run out: 6 of 6 waiters lost their places).
+func shortTTLWaitersKeepPlaces(t *testing.T, c *testserver.Cluster) {
+	endpoints := c.Endpoints()
+	ctx := ctxT(t, 2*time.Minute)
+	leader, err := c.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hung := (leader + 1) % len(endpoints)
+	const key = "short-ttl-waiters"
+	holder, err := New(newClient(t, others(endpoints, hung)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Close() })
+	held := tryAcquireUntil(ctx, t, holder, key)
+
+	u, err := url.Parse("etcd://" + strings.Join(endpoints, ",") + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 6
+	type result struct {
+		i   int
+		err error
+	}
+	got := make(chan result, waiters)
+	for i := range waiters {
+		be, err := open(ctx, u, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := distlock.New(be)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		go func() {
+			_, err := l.Acquire(ctx, key, distlock.WithTTL(2*time.Second))
+			got <- result{i, err}
+		}()
+	}
+	for {
+		h, err := holder.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Waiters == waiters {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := c.Members[hung].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	defer func() { _ = c.Members[hung].Resume() }()
+	const window = 20 * time.Second
+	var failed []string
+	deadline := time.After(window)
+wait:
+	for {
+		select {
+		case r := <-got:
+			failed = append(failed, fmt.Sprintf("waiter %d, %v after the hang: %v", r.i,
+				time.Since(paused).Round(100*time.Millisecond), r.err))
+		case <-deadline:
+			break wait
+		}
+	}
+	if len(failed) > 0 {
+		t.Errorf("member %d (a follower) hung; %d of %d waiters (TTL 2s) lost their place within %v:\n%s",
+			hung, len(failed), waiters, window, strings.Join(failed, "\n"))
+	}
+	_ = held.Release(ctx)
+}
+
+// A waiter that becomes the owner with less than half its TTL left renews
+// its lease before the grant; a renewal sent to a member that hangs must not
+// hold the Acquire up while the lock sits free (found by the second review:
+// the renewal had no bound, and the Acquire returned only when the member
+// came back, its lease gone by then).
+func ownedRenewalSurvivesHungMember(t *testing.T, c *testserver.Cluster) {
+	endpoints := c.Endpoints()
+	ctx := ctxT(t, 4*time.Minute)
+	leader, err := c.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hung := (leader + 1) % len(endpoints)
+	admin := newClient(t, others(endpoints, hung))
+	holder, err := New(newClient(t, others(endpoints, hung)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Close() })
+	const ttl = 10 * time.Second
+	for round := range 2 {
+		key := fmt.Sprintf("owned-hang-%d", round)
+		held := tryAcquireUntil(ctx, t, holder, key)
+		// The waiter's client: the leader and the member about to hang.
+		wl, err := New(newClient(t, []string{endpoints[leader], endpoints[hung]}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			ls  *distlock.Lease
+			err error
+			at  time.Time
+		}
+		got := make(chan result, 1)
+		actx, acancel := context.WithTimeout(ctx, 60*time.Second)
+		go func() {
+			ls, err := wl.Acquire(actx, key, distlock.WithTTL(ttl))
+			got <- result{ls, err, time.Now()}
+		}()
+		var lid clientv3.LeaseID
+		for lid == 0 {
+			resp, err := admin.Get(ctx, queuePrefix(DefaultPrefix, key), clientv3.WithPrefix(),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Kvs) == 2 {
+				lid = clientv3.LeaseID(resp.Kvs[1].Lease)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(500 * time.Millisecond) // the waiter's watch is up
+		if err := c.Members[hung].Pause(); err != nil {
+			t.Fatal(err)
+		}
+		// Wait for a renewal of the wait to have failed: less than TTL/2 left.
+		low := false
+		for end := time.Now().Add(6 * time.Second); time.Now().Before(end); {
+			r, err := admin.TimeToLive(ctx, lid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.TTL > 0 && r.TTL <= 4 {
+				low = true
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !low {
+			t.Logf("round %d: every renewal got through", round)
+		}
+		released := time.Now()
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-got:
+			t.Logf("round %d: Acquire returned %v after the release (err %v)", round, r.at.Sub(released).Round(10*time.Millisecond), r.err)
+			if r.ls != nil {
+				_ = r.ls.Release(ctx)
+			}
+			acancel()
+			_ = c.Members[hung].Resume()
+			_ = wl.Close()
+			continue
+		case <-time.After(20 * time.Second):
+		}
+		// Stuck: is the lock free, our key gone?
+		resp, _ := admin.Get(ctx, queuePrefix(DefaultPrefix, key), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		var inOwned []string
+		for _, g := range strings.Split(stacks, "\n\n") {
+			if strings.Contains(g, "(*locker).acquire") {
+				inOwned = append(inOwned, g)
+			}
+		}
+		_ = c.Members[hung].Resume()
+		r := <-got
+		acancel()
+		t.Fatalf("round %d: the lock was released and this waiter was first, but its Acquire had not returned 20s later "+
+			"(%d keys left in the queue; it returned %v after the release once the member resumed: %v)\n%s",
+			round, resp.Count, r.at.Sub(released).Round(10*time.Millisecond), r.err, strings.Join(inOwned, "\n\n"))
+	}
+}
+
+// A client wrapped in a namespace is watched through its wrapper (not a
+// watcher of the loss watch's own, which would watch outside the
+// namespace) and gets loss notices, also after its watch is made again.
+func TestLossWatchNamespacedClient(t *testing.T) {
+	s := testserver.Etcd(t)
+	ctx := ctxT(t, 60*time.Second)
+	admin := newClient(t, []string{s.Addr()})
+	cli := newClient(t, []string{s.Addr()})
+	const ns = "tenant-a/"
+	cli.KV = namespace.NewKV(cli.KV, ns)
+	cli.Watcher = namespace.NewWatcher(cli.Watcher, ns)
+	cli.Lease = namespace.NewLease(cli.Lease, ns)
+	be, err := NewBackend(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := be.(*backend)
+	if b.loss.ownWatchers {
+		t.Fatal("namespace client taken for own watchers")
+	}
+	l, err := distlock.New(be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	for i := range 3 {
+		ls, err := l.TryAcquire(ctx, fmt.Sprintf("ns-%d", i), distlock.WithTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		if i > 0 { // break the watch: the successor starts from seen+1
+			b.loss.mu.Lock()
+			b.loss.cancel()
+			b.loss.mu.Unlock()
+		}
+		if _, err := admin.Delete(ctx, ns+ownerKey(t, ls)); err != nil {
+			t.Fatal(err)
+		}
+		waitLost(t, ls, fmt.Sprintf("namespace, round %d", i))
+	}
+}
+
+// No goroutine is left after waiting Acquires end by their context, by
+// success, and by Close during the wait (the waiter's renewal goroutine
+// included).
+func TestWaitLeavesNoGoroutines(t *testing.T) {
+	s := testserver.Etcd(t)
+	ctx := ctxT(t, 60*time.Second)
+	cli := newClient(t, []string{s.Addr()})
+	if _, err := cli.Get(ctx, "warm-up"); err != nil {
+		t.Fatal(err)
+	}
+	ours := []string{"github.com/distlock/distlock", "go.etcd.io/etcd/client/v3"}
+	base, _ := testutil.Goroutines(ours...)
+	holder, err := New(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := tryAcquireUntil(ctx, t, holder, "leak2")
+	w, err := New(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ctx cancel
+	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if _, err := w.Acquire(actx, "leak2", distlock.WithTTL(3*time.Second)); err == nil {
+		t.Fatal("acquired a held lock")
+	}
+	cancel()
+	// success
+	got := make(chan error, 1)
+	go func() {
+		ls, err := w.Acquire(ctx, "leak2", distlock.WithTTL(3*time.Second))
+		if err == nil {
+			err = ls.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(3 * time.Second)
+	_ = held.Release(ctx)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	// Close during a wait
+	held = tryAcquireUntil(ctx, t, holder, "leak2")
+	go func() {
+		_, err := w.Acquire(ctx, "leak2", distlock.WithTTL(3*time.Second))
+		got <- err
+	}()
+	time.Sleep(2 * time.Second)
+	_ = w.Close()
+	if err := <-got; err == nil {
+		t.Fatal("acquired after Close")
+	}
+	_ = held.Release(ctx)
+	_ = holder.Close()
+	time.Sleep(time.Second)
+	testutil.CheckNoGoroutines(t, base, ours...)
+}

@@ -16,6 +16,15 @@ import (
 // connection is failing.
 const retryPause = 100 * time.Millisecond
 
+// readTimeout bounds each read of a waiter's place: far above a read's
+// round trip, short enough that one sent to a member that hangs is soon
+// given up and tried again (a new pick of the balancer).
+const readTimeout = 2 * time.Second
+
+// renewRetry is the pause before a waiter's failed renewal, or failed
+// re-read of its place, is tried again.
+const renewRetry = 50 * time.Millisecond
+
 // rereadEvery is how often a waiter reads its place in the queue even though
 // its watch said nothing: a watch whose member hangs with its connection open
 // hears nothing, and its waiter, first in the queue once its predecessor
@@ -129,17 +138,17 @@ func (b *backend) keepWaiting(ctx context.Context, l *lease) (gone <-chan struct
 				return
 			case <-t.C:
 			}
-			period := l.period()
-			kctx, kcancel := context.WithTimeout(ctx, period/3)
-			err := b.keepAlive(kctx, l)
-			kcancel()
+			err := b.renewOnce(ctx, l)
 			if leaseGone(err) {
 				close(g)
 				return
 			}
-			next := period / 3
+			next := l.period() / 3
 			if err != nil {
-				next = min(next, time.Second) // try again sooner
+				// At once, nearly: a new try is a new pick of the
+				// balancer, which may have sent this one to a member
+				// that hangs.
+				next = min(next, renewRetry)
 			}
 			t.Reset(next)
 		}
@@ -150,8 +159,8 @@ func (b *backend) keepWaiting(ctx context.Context, l *lease) (gone <-chan struct
 // follow watches pos.pred, and only it, until it goes, and returns our next
 // position and when it was learnt (the start of the confirming round trip,
 // or the arrival of the deletion). gone closes if our lease is gone. Every
-// read is bounded (checkTimeout): the balancer may send it to a member
-// that hangs.
+// read is bounded (readTimeout): the balancer may send it to a member that
+// hangs.
 func (b *backend) follow(ctx context.Context, q, me string, rev int64, pos position, gone <-chan struct{}) (position, time.Time, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -241,7 +250,11 @@ func (b *backend) follow(ctx context.Context, q, me string, rev int64, pos posit
 			switch {
 			case errors.Is(err, errKeyGone):
 				return position{}, time.Time{}, err
-			case err != nil: // a hung or lost member: next time
+			case err != nil:
+				// A hung or lost member: again at once, nearly (a new
+				// pick of the balancer).
+				reread.Reset(renewRetry)
+				continue
 			case next.owner || next.pred != pos.pred:
 				return next, start, nil
 			default:
@@ -277,25 +290,49 @@ func (b *backend) reposition(ctx context.Context, q, me string, rev int64) (posi
 
 // owned finishes a wait that made us the owner: it makes sure the lease has a
 // fair share of its TTL left (renewing it if not) and builds the grant.
+//
+// Each renewal is bounded and tried again at once, up to ownedRenewals
+// times: a new KeepAliveOnce is a new pick of the balancer, which may have
+// sent the last one to a member that hangs. A lease that still has time
+// left is granted with it, however short.
 func (b *backend) owned(ctx context.Context, req driver.Request, h *handle, rev int64, l *lease, start time.Time) (driver.Grant, error) {
-	if l.left(start) < req.TTL/2 {
-		start = time.Now()
-		if err := b.keepAlive(ctx, l); err != nil {
-			if leaseGone(err) {
-				return driver.Grant{}, errKeyGone
-			}
-			if l.left(start) <= 0 {
-				return driver.Grant{}, fmt.Errorf("etcd: confirming the lease of %q: %w", req.Key, err)
-			}
+	var err error
+	for range ownedRenewals {
+		if l.left(start) >= req.TTL/2 || ctx.Err() != nil {
+			break
 		}
+		now := time.Now()
+		if err = b.renewOnce(ctx, l); err == nil {
+			start = now
+			break
+		}
+		if leaseGone(err) {
+			return driver.Grant{}, errKeyGone
+		}
+	}
+	if l.left(start) <= 0 {
+		return driver.Grant{}, fmt.Errorf("etcd: confirming the lease of %q: %w", req.Key, err)
 	}
 	return b.grant(req, h, rev, l, start), nil
 }
 
-// boundedPosition is position within checkTimeout: the balancer may send
+// ownedRenewals is how many times owned tries to renew a lease that has
+// less than half its TTL left.
+const ownedRenewals = 3
+
+// renewOnce renews l once, within a sixth of its period (at most
+// checkTimeout): short enough that a try sent to a member that hangs leaves
+// time for more before the lease runs out.
+func (b *backend) renewOnce(ctx context.Context, l *lease) error {
+	ctx, cancel := context.WithTimeout(ctx, min(l.period()/6, checkTimeout))
+	defer cancel()
+	return b.keepAlive(ctx, l)
+}
+
+// boundedPosition is position within readTimeout: the balancer may send
 // the read to a member that hangs.
 func (b *backend) boundedPosition(ctx context.Context, q, me string, rev int64) (position, error) {
-	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
 	return b.position(ctx, q, me, rev)
 }
