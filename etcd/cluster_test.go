@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -196,8 +194,8 @@ func TestLossWatchSurvivesHungMember(t *testing.T) {
 	t.Run("RemadeOnHungMember", func(t *testing.T) { lossWatchRemadeOnHungMember(t, c) })
 	t.Run("WaiterOnHungMember", func(t *testing.T) { waiterOnHungMember(t, c) })
 	t.Run("OpenDropsHungMember", func(t *testing.T) { openDropsHungMember(t, c) })
-	t.Run("WaitersKeepPlaces", func(t *testing.T) { waitersKeepPlaces(t, c) })
-	t.Run("ShortTTLWaitersKeepPlaces", func(t *testing.T) { shortTTLWaitersKeepPlaces(t, c) })
+	t.Run("WaitersKeepPlaces", func(t *testing.T) { waitersKeepPlaces(t, c, 4*time.Second, 30*time.Second) })
+	t.Run("ShortTTLWaitersKeepPlaces", func(t *testing.T) { waitersKeepPlaces(t, c, 2*time.Second, 20*time.Second) })
 	t.Run("OwnedRenewal", func(t *testing.T) { ownedRenewalSurvivesHungMember(t, c) })
 }
 
@@ -372,19 +370,7 @@ func waiterOnHungMember(t *testing.T, c *testserver.Cluster) {
 func openDropsHungMember(t *testing.T, c *testserver.Cluster) {
 	endpoints := c.Endpoints()
 	ctx := ctxT(t, 2*time.Minute)
-	u, err := url.Parse("etcd://" + strings.Join(endpoints, ",") + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	be, err := open(ctx, u, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := distlock.New(be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	l := openLocker(ctx, t, endpoints)
 	// Make sure the client has a connection to every member.
 	for i := range 6 {
 		ls := tryAcquireUntil(ctx, t, l, fmt.Sprintf("open-hung-warm-%d", i))

@@ -94,22 +94,14 @@ func TestLossWatchTriesLeaveNoStreams(t *testing.T) {
 	testutil.CheckNoGoroutines(t, base, ours...)
 }
 
-// Review (ccc6975): follow's periodic re-read is a blocking call inside the
-// loop that also renews the waiter's lease (ka). When the balancer sends the
-// re-read to a hung member, the loop sits for checkTimeout (5 s) and renews
-// nothing; a waiter whose lease is 5 s or shorter (TTL 4 s -> a 5 s etcd
-// lease) expires, its queue key is deleted, and Acquire fails with
-// errKeyGone (not transient: returned to the caller), although two of three
-// members are healthy. Before ccc6975 the renewals were bounded to a third
-// of the lease and retried after 1 s, so one hung member did not cost the
-// waiter its place. Clients as Open makes them (keep-alive pings); the hung
-// member is a follower.
-// Waiters with a short TTL (a 5 s etcd lease, renewed every 1.7 s) keep their
-// places while a follower hangs: no read of the wait that the balancer sends
-// to the hung member may hold their renewal up (found by review: a 5 s read
-// in the loop that renewed the lease let it expire, and an unbounded one
-// held it for the 15 s the client took to drop the member).
-func waitersKeepPlaces(t *testing.T, c *testserver.Cluster) {
+// Waiters with short TTLs keep their places while a follower hangs: no read
+// of the wait that the balancer sends to the hung member may hold their
+// renewal up, and a renewal sent there must leave time for another (found
+// by two reviews: with TTL 4s, a 5 s read in the loop that renewed the
+// lease let it expire, and an unbounded one held it for the 15 s the client
+// took to drop the member; with TTL 2s, a renewal try bounded by a third of
+// the lease and retried a second later came after the lease had run out).
+func waitersKeepPlaces(t *testing.T, c *testserver.Cluster, ttl, window time.Duration) {
 	endpoints := c.Endpoints()
 	ctx := ctxT(t, 3*time.Minute)
 	leader, err := c.Leader()
@@ -117,109 +109,13 @@ func waitersKeepPlaces(t *testing.T, c *testserver.Cluster) {
 		t.Fatal(err)
 	}
 	hung := (leader + 1) % len(endpoints)
-	const key = "waiters-keep-places"
+	key := fmt.Sprintf("waiters-keep-places-%v", ttl)
 	holder, err := New(newClient(t, others(endpoints, hung)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = holder.Close() })
 	held := tryAcquireUntil(ctx, t, holder, key)
-
-	u, err := url.Parse("etcd://" + strings.Join(endpoints, ",") + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const waiters = 6
-	type result struct {
-		i   int
-		ls  *distlock.Lease
-		err error
-		at  time.Duration
-	}
-	got := make(chan result, waiters)
-	began := time.Now()
-	for i := range waiters {
-		be, err := open(ctx, u, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := distlock.New(be)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = l.Close() })
-		go func() {
-			ls, err := l.Acquire(ctx, key, distlock.WithTTL(4*time.Second))
-			got <- result{i, ls, err, time.Since(began)}
-		}()
-	}
-	for {
-		h, err := holder.Inspect(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Waiters == waiters {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err := c.Members[hung].Pause(); err != nil {
-		t.Fatal(err)
-	}
-	paused := time.Now()
-	defer func() { _ = c.Members[hung].Resume() }()
-	const window = 30 * time.Second
-	var failed []string
-	deadline := time.After(window)
-wait:
-	for {
-		select {
-		case r := <-got:
-			// Nobody can get the lock: the holder still has it.
-			failed = append(failed, fmt.Sprintf("waiter %d, %v after the hang: %v", r.i,
-				time.Since(paused).Round(100*time.Millisecond), r.err))
-		case <-deadline:
-			break wait
-		}
-	}
-	if len(failed) > 0 {
-		t.Errorf("member %d (a follower) hung; %d of %d waiters (TTL 4s) lost their place within %v:\n%s",
-			hung, len(failed), waiters, window, strings.Join(failed, "\n"))
-	} else {
-		t.Logf("member %d hung for %v; every waiter kept its place", hung, window)
-	}
-	if err := held.Release(ctx); err != nil {
-		t.Logf("release: %v", err)
-	}
-}
-
-// Review: Close of a Locker with a held lease and a waiting Acquire while
-// its only member hangs returns within its bounds.
-
-// Waiters with a TTL of 2 s (a 3 s etcd lease) keep their places while a
-// follower hangs (found by the second review: a renewal sent to the hung
-// member timed out after a third of the lease, and the retry came a second
-// later, when the lease had run out: 6 of 6 waiters lost their places).
-func shortTTLWaitersKeepPlaces(t *testing.T, c *testserver.Cluster) {
-	endpoints := c.Endpoints()
-	ctx := ctxT(t, 2*time.Minute)
-	leader, err := c.Leader()
-	if err != nil {
-		t.Fatal(err)
-	}
-	hung := (leader + 1) % len(endpoints)
-	const key = "short-ttl-waiters"
-	holder, err := New(newClient(t, others(endpoints, hung)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = holder.Close() })
-	held := tryAcquireUntil(ctx, t, holder, key)
-
-	u, err := url.Parse("etcd://" + strings.Join(endpoints, ",") + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const waiters = 6
 	type result struct {
 		i   int
@@ -227,17 +123,9 @@ func shortTTLWaitersKeepPlaces(t *testing.T, c *testserver.Cluster) {
 	}
 	got := make(chan result, waiters)
 	for i := range waiters {
-		be, err := open(ctx, u, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := distlock.New(be)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = l.Close() })
+		l := openLocker(ctx, t, endpoints) // keep-alive pings, as Open makes it
 		go func() {
-			_, err := l.Acquire(ctx, key, distlock.WithTTL(2*time.Second))
+			_, err := l.Acquire(ctx, key, distlock.WithTTL(ttl))
 			got <- result{i, err}
 		}()
 	}
@@ -256,13 +144,13 @@ func shortTTLWaitersKeepPlaces(t *testing.T, c *testserver.Cluster) {
 	}
 	paused := time.Now()
 	defer func() { _ = c.Members[hung].Resume() }()
-	const window = 20 * time.Second
 	var failed []string
 	deadline := time.After(window)
 wait:
 	for {
 		select {
 		case r := <-got:
+			// Nobody can get the lock: the holder still has it.
 			failed = append(failed, fmt.Sprintf("waiter %d, %v after the hang: %v", r.i,
 				time.Since(paused).Round(100*time.Millisecond), r.err))
 		case <-deadline:
@@ -270,11 +158,37 @@ wait:
 		}
 	}
 	if len(failed) > 0 {
-		t.Errorf("member %d (a follower) hung; %d of %d waiters (TTL 2s) lost their place within %v:\n%s",
-			hung, len(failed), waiters, window, strings.Join(failed, "\n"))
+		t.Errorf("member %d (a follower) hung; %d of %d waiters (TTL %v) lost their place within %v:\n%s",
+			hung, len(failed), waiters, ttl, window, strings.Join(failed, "\n"))
+	} else {
+		t.Logf("member %d hung for %v; every waiter (TTL %v) kept its place", hung, window, ttl)
 	}
-	_ = held.Release(ctx)
+	if err := held.Release(ctx); err != nil {
+		t.Logf("release: %v", err)
+	}
 }
+
+// openLocker makes a Locker on the client Open makes for endpoints.
+func openLocker(ctx context.Context, t *testing.T, endpoints []string) distlock.Locker {
+	t.Helper()
+	u, err := url.Parse("etcd://" + strings.Join(endpoints, ",") + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := open(ctx, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := distlock.New(be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// Review: Close of a Locker with a held lease and a waiting Acquire while
+// its only member hangs returns within its bounds.
 
 // A waiter that becomes the owner with less than half its TTL left renews
 // its lease before the grant; a renewal sent to a member that hangs must not

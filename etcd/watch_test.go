@@ -1,12 +1,9 @@
 package etcd
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -224,23 +221,7 @@ func TestWatchReturnsOnceMade(t *testing.T) {
 // watchers reads the server's count of its watches (etcd's metric).
 func watchers(t *testing.T, addr string) int {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "etcd_debugging_mvcc_watcher_total "); ok {
-			n, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return int(n)
-		}
-	}
-	t.Fatalf("no etcd_debugging_mvcc_watcher_total in %s/metrics (%v)", addr, sc.Err())
-	return 0
+	return metric(t, addr, "etcd_debugging_mvcc_watcher_total")
 }
 
 // Close leaves no goroutine of the client behind and no watch on the
