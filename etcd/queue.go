@@ -311,6 +311,9 @@ func (b *backend) owned(ctx context.Context, req driver.Request, h *handle, rev 
 		}
 	}
 	if l.left(start) <= 0 {
+		if err == nil {
+			err = ctx.Err() // no try was made
+		}
 		return driver.Grant{}, fmt.Errorf("etcd: confirming the lease of %q: %w", req.Key, err)
 	}
 	return b.grant(req, h, rev, l, start), nil
