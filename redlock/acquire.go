@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,7 +64,15 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 		return fail(t1.ctxErr)
 	}
 	if len(t1.yes) < b.quorum {
-		return fail(b.notAcquired(req.Key, t1, results, "phase 1"))
+		g, err := fail(b.notAcquired(req.Key, t1, results, "phase 1"))
+		if len(t1.yes) > 0 && len(t1.no) > 0 && len(t1.answered)-len(t1.failed) < n {
+			// A split vote decided only by a silent node's timeout: the
+			// contenders, woken together by each other's give-backs,
+			// would split the same way again each node timeout. A random
+			// pause of up to two node timeouts sets them apart.
+			_ = driver.Sleep(ctx, rand.N(2*nt))
+		}
+		return g, err
 	}
 
 	// Nodes that said yes meanwhile join phase 2: a slow node among them

@@ -1,0 +1,69 @@
+package redlock_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/testserver"
+)
+
+// TestSplitVotesWithHungNode: three Lockers contend for one key on three
+// nodes, one of them hung (SIGSTOP). Each attempt that takes one live node
+// waits out the hung node's timeout before it fails, and the give-backs'
+// notices woke all three together, so they split the two live nodes again
+// and again: every Acquire took 1.6–7.6 s at once (a split-vote livelock,
+// found by the fault harness's hang-server fault). A random pause after
+// such a split sets them apart: the worst Acquire now takes about 0.4 s.
+// The bound is a generous liveness bound; the livelock broke it in three
+// runs of four.
+func TestSplitVotesWithHungNode(t *testing.T) {
+	srvs := testserver.RedisN(t, 3)
+	ctx := t.Context()
+	var lockers []distlock.Locker
+	for range 3 {
+		lockers = append(lockers, newLocker(t, srvs, distlock.WithTTL(time.Second)))
+	}
+	if err := srvs[0].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srvs[0].Resume() }()
+	const bound = 2 * time.Second
+	var (
+		mu     sync.Mutex
+		worst  time.Duration
+		grants int
+		wg     sync.WaitGroup
+	)
+	stop := time.Now().Add(15 * time.Second)
+	for _, l := range lockers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				began := time.Now()
+				ls, err := l.Acquire(actx, "split", distlock.WithAutoRenew(true))
+				cancel()
+				mu.Lock()
+				worst = max(worst, time.Since(began))
+				if err == nil {
+					grants++
+				}
+				mu.Unlock()
+				if err != nil {
+					continue
+				}
+				time.Sleep(5 * time.Millisecond)
+				_ = ls.Release(ctx)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d grants in 15 s with node 0 hung; worst Acquire %v", grants, worst.Round(time.Millisecond))
+	if worst > bound {
+		t.Errorf("worst Acquire took %v with node 0 hung (bound %v): the contenders split the live nodes in lockstep", worst.Round(time.Millisecond), bound)
+	}
+}
