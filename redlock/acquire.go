@@ -65,11 +65,16 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	}
 	if len(t1.yes) < b.quorum {
 		g, err := fail(b.notAcquired(req.Key, t1, results, "phase 1"))
-		if len(t1.yes) > 0 && len(t1.no) > 0 && len(t1.answered)-len(t1.failed) < n {
-			// A split vote decided only by a silent node's timeout: the
-			// contenders, woken together by each other's give-backs,
-			// would split the same way again each node timeout. A random
-			// pause of up to two node timeouts sets them apart.
+		// Nodes that failed, stayed silent, or were not read (gather stops
+		// once a quorum is out of reach): only when they could have made
+		// the quorum was the vote decided by them.
+		unheard := len(t1.failed) + n - len(t1.answered)
+		if len(t1.yes) > 0 && len(t1.no) > 0 && len(t1.yes)+unheard >= b.quorum {
+			// A split vote decided by a node that did not answer (a
+			// timeout): the contenders, woken together by each other's
+			// give-backs, would split the same way again each node
+			// timeout. A random pause of up to two node timeouts sets
+			// them apart.
 			_ = driver.Sleep(ctx, rand.N(2*nt))
 		}
 		return g, err

@@ -2,12 +2,16 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/redis"
+	"github.com/distlock/distlock/redlock"
 )
 
 // TestSplitVotesWithHungNode: three Lockers contend for one key on three
@@ -65,5 +69,45 @@ func TestSplitVotesWithHungNode(t *testing.T) {
 	t.Logf("%d grants in 15 s with node 0 hung; worst Acquire %v", grants, worst.Round(time.Millisecond))
 	if worst > bound {
 		t.Errorf("worst Acquire took %v with node 0 hung (bound %v): the contenders split the live nodes in lockstep", worst.Round(time.Millisecond), bound)
+	}
+}
+
+// TestNoSplitPauseWhenAllNodesUp (found by review of the split-vote pause):
+// five healthy nodes, the key held on four
+// of them (a holder Locker over nodes 0-3). A TryAcquire over all five gets
+// yes from node 4 and "held" from the rest; gather stops early at 1 yes + 3
+// held (quorum 3 unreachable), so the fifth reply is merely unread, not
+// silent. The split-vote pause must not fire: every node is up.
+func TestNoSplitPauseWhenAllNodesUp(t *testing.T) {
+	srvs := testserver.RedisN(t, 5)
+	ctx := context.Background()
+	// Another owner's lock on nodes 0-3 (as a holder that took four of five).
+	k := redisnode.KeysFor(redis.DefaultPrefix, "k")
+	for i, c := range clients(t, srvs[:4], true) {
+		r, err := redisnode.AcquireOn(ctx, c, k, "other-holder", time.Minute, "")
+		if err != nil || !r.Acquired {
+			t.Fatalf("node %d: %+v %v", i, r, err)
+		}
+	}
+	const nt = time.Second
+	c := newLocker(t, srvs, distlock.WithTTL(time.Minute), redlock.WithNodeTimeout(nt))
+	var worst time.Duration
+	slow := 0
+	for i := range 10 {
+		began := time.Now()
+		_, err := c.TryAcquire(ctx, "k")
+		d := time.Since(began)
+		if !errors.Is(err, distlock.ErrNotAcquired) {
+			t.Fatalf("try %d: %v", i, err)
+		}
+		t.Logf("try %d: %v: %v", i, d.Round(time.Millisecond), err)
+		worst = max(worst, d)
+		if d > 100*time.Millisecond {
+			slow++
+		}
+	}
+	if slow > 0 {
+		t.Errorf("%d of 10 TryAcquires against 5 healthy nodes took >100ms (worst %v, node timeout %v): the split-vote pause fired with no node down",
+			slow, worst.Round(time.Millisecond), nt)
 	}
 }
