@@ -98,7 +98,7 @@ func held(ctx context.Context, b *backend, key string, n int, window time.Durati
 	if err != nil {
 		return nil, nil, err
 	}
-	perLease := float64(runtime.NumGoroutine()-base) / float64(n)
+	perLease := float64(settledGoroutines(ctx, base)-base) / float64(n)
 
 	cpu0, t0 := cpuTime(), time.Now()
 	select {
@@ -152,4 +152,17 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// settledGoroutines returns the fewest goroutines the process runs over up
+// to half a second (stopping early at base): goroutines still finishing the
+// probes' releases must not count as held leases' own, while a goroutine
+// each lease keeps stays in every sample.
+func settledGoroutines(ctx context.Context, base int) int {
+	fewest := runtime.NumGoroutine()
+	for deadline := time.Now().Add(500 * time.Millisecond); fewest > base && time.Now().Before(deadline) && ctx.Err() == nil; {
+		time.Sleep(10 * time.Millisecond)
+		fewest = min(fewest, runtime.NumGoroutine())
+	}
+	return fewest
 }
