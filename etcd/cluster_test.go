@@ -197,6 +197,7 @@ func TestLossWatchSurvivesHungMember(t *testing.T) {
 	t.Run("WaitersKeepPlaces", func(t *testing.T) { waitersKeepPlaces(t, c, 4*time.Second, 30*time.Second) })
 	t.Run("ShortTTLWaitersKeepPlaces", func(t *testing.T) { waitersKeepPlaces(t, c, 2*time.Second, 20*time.Second) })
 	t.Run("OwnedRenewal", func(t *testing.T) { ownedRenewalSurvivesHungMember(t, c) })
+	t.Run("HandOffReadsPastHungMember", func(t *testing.T) { handOffReadsPastHungMember(t, c) })
 }
 
 func lossWatchEachMemberHung(t *testing.T, c *testserver.Cluster) {

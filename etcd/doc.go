@@ -16,7 +16,11 @@
 // three re-reads of the queue in the watch's first 60 ms cover the revisions
 // between the waiter's read and its watch, and a write that races the
 // watch's creation. Waiters acquire in the order their keys were created
-// (FIFO). A waiter whose context ends deletes its key.
+// (FIFO). When its predecessor goes, a waiter reads the queue before it
+// takes the lock, even if that predecessor was the holder: the read proves
+// its own key is still there, so a waiter whose key was deleted meanwhile
+// (by an operator, or with its lease) does not hold the lock alongside the
+// one behind it. A waiter whose context ends deletes its key.
 // TryAcquire creates its key only if nothing (holder or waiter) is queued, so
 // it never jumps the queue and leaves nothing behind when K is held.
 // Release deletes the key only if its CreateRevision still matches.
@@ -96,8 +100,10 @@
 // Acquire reads its place in the queue every 5 s besides watching its
 // predecessor, so a watch on a hung member cannot leave a waiter, first in
 // the queue and so the owner, unaware of it for longer (until then every
-// other Locker waits behind it); each of its reads gives up after 2 s and
-// is tried again at once (a new pick of the balancer); and its lease is
+// other Locker waits behind it); each of its reads is sent again after
+// 100 ms without an answer, up to three copies (each a new pick of the
+// balancer), gives up after 2 s and is then tried again at once, so a
+// hand-off is not held up by a read sent to the hung member; and its lease is
 // renewed from a goroutine of its own, which no read or watch of the wait
 // holds up, each try bounded by a sixth of the lease and a failed one
 // tried again at once, as is the renewal of a waiter that becomes the

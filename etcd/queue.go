@@ -79,7 +79,7 @@ func (b *backend) lock(ctx context.Context, req driver.Request, q string, h *han
 	if string(owner[0].Key) == me {
 		return b.grant(req, h, rev, l, start), nil
 	}
-	pos := position{pred: string(newest[1].Key), predIsOwner: string(newest[1].Key) == string(owner[0].Key), from: rev + 1}
+	pos := position{pred: string(newest[1].Key), from: rev + 1}
 	g, err := b.wait(ctx, req, q, h, rev, l, pos)
 	if err != nil {
 		if !errors.Is(err, errKeyGone) {
@@ -92,10 +92,9 @@ func (b *backend) lock(ctx context.Context, req driver.Request, q string, h *han
 
 // position is a waiter's place in the queue: whom it watches, from when.
 type position struct {
-	owner       bool // we are first: the lock is ours
-	pred        string
-	predIsOwner bool  // pred held the lock: its deletion hands it to us
-	from        int64 // first revision the watch must see
+	owner bool // we are first: the lock is ours
+	pred  string
+	from  int64 // first revision the watch must see
 }
 
 var errKeyGone = errors.New("etcd: our queue key disappeared while waiting (its lease expired or was revoked)")
@@ -157,10 +156,9 @@ func (b *backend) keepWaiting(ctx context.Context, l *lease) (gone <-chan struct
 }
 
 // follow watches pos.pred, and only it, until it goes, and returns our next
-// position and when it was learnt (the start of the confirming round trip,
-// or the arrival of the deletion). gone closes if our lease is gone. Every
-// read is bounded (readTimeout): the balancer may send it to a member that
-// hangs.
+// position and when it was learnt (the start of the confirming round
+// trip). gone closes if our lease is gone. Every read is bounded
+// (readTimeout): the balancer may send it to a member that hangs.
 func (b *backend) follow(ctx context.Context, q, me string, rev int64, pos position, gone <-chan struct{}) (position, time.Time, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -202,9 +200,6 @@ func (b *backend) follow(ctx context.Context, q, me string, rev int64, pos posit
 		case next.owner || next.pred != pos.pred:
 			return next, start, true, nil
 		}
-		// A waiter predecessor may have become the owner meanwhile: then
-		// its deletion makes us the owner, with no re-read.
-		pos.predIsOwner = next.predIsOwner
 		if next.from-1 > hdr && checks < len(syncChecks) {
 			check.Reset(time.Until(created.Add(syncChecks[checks])))
 		}
@@ -234,11 +229,11 @@ func (b *backend) follow(ctx context.Context, q, me string, rev int64, pos posit
 				if ev.Type != mvccpb.DELETE {
 					continue
 				}
-				if pos.predIsOwner {
-					// Nobody is left below us and nobody can join below us.
-					return position{owner: true, from: ev.Kv.ModRevision + 1}, time.Now(), nil
-				}
-				return b.reposition(ctx, q, me, rev) // a waiter left: find the next one
+				// Read our place even when the predecessor was the owner:
+				// our own key may have been deleted meanwhile (an
+				// operator, a revoke of our lease), and the waiter behind
+				// us, which then followed that owner too, takes the lock.
+				return b.reposition(ctx, q, me, rev)
 			}
 		case <-check.C:
 			if next, start, done, err := recheck(); done {
@@ -257,8 +252,6 @@ func (b *backend) follow(ctx context.Context, q, me string, rev int64, pos posit
 				continue
 			case next.owner || next.pred != pos.pred:
 				return next, start, nil
-			default:
-				pos.predIsOwner = next.predIsOwner
 			}
 			reread.Reset(rereadEvery)
 		case <-gone:
@@ -332,12 +325,61 @@ func (b *backend) renewOnce(ctx context.Context, l *lease) error {
 	return b.keepAlive(ctx, l)
 }
 
-// boundedPosition is position within readTimeout: the balancer may send
-// the read to a member that hangs.
+// hedgeAfter is how long a read of a waiter's place may go unanswered
+// before the same read is sent again, up to hedgeReads in all: each is a
+// new pick of the balancer, so one sent to a member that hangs does not
+// hold a hand-off up for readTimeout. A healthy read answers in a few
+// milliseconds, so the copies are rare.
+const (
+	hedgeAfter = 100 * time.Millisecond
+	hedgeReads = 3
+)
+
+// boundedPosition is position within readTimeout, hedged: the balancer may
+// send a read to a member that hangs. The first answer wins; it fails
+// when every read sent so far has failed.
 func (b *backend) boundedPosition(ctx context.Context, q, me string, rev int64) (position, error) {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
-	return b.position(ctx, q, me, rev)
+	type answer struct {
+		pos position
+		err error
+	}
+	answers := make(chan answer, hedgeReads)
+	send := func() {
+		go func() {
+			pos, err := b.position(ctx, q, me, rev)
+			answers <- answer{pos, err}
+		}()
+	}
+	send()
+	sent, heard := 1, 0
+	hedge := time.NewTimer(hedgeAfter)
+	defer hedge.Stop()
+	defer func() { // the reads still out end with ctx: wait for them
+		cancel()
+		for ; heard < sent; heard++ {
+			<-answers
+		}
+	}()
+	for {
+		select {
+		case a := <-answers:
+			heard++
+			if a.err == nil || errors.Is(a.err, errKeyGone) {
+				return a.pos, a.err
+			}
+			if heard == sent { // the callers pause before they try again
+				return position{}, a.err
+			}
+		case <-hedge.C:
+			if sent < hedgeReads && ctx.Err() == nil {
+				send()
+				sent++
+				hedge.Reset(hedgeAfter)
+			}
+		}
+	}
 }
 
 // position reads where our key stands in the queue, in one round trip that
@@ -362,11 +404,7 @@ func (b *backend) position(ctx context.Context, q, me string, rev int64) (positi
 	if len(pred) == 0 || (len(owner) > 0 && string(owner[0].Key) == me) {
 		return position{owner: true, from: from}, nil
 	}
-	return position{
-		pred:        string(pred[0].Key),
-		predIsOwner: len(owner) > 0 && string(owner[0].Key) == string(pred[0].Key),
-		from:        from,
-	}, nil
+	return position{pred: string(pred[0].Key), from: from}, nil
 }
 
 // abandon removes a key whose acquire failed (with cause) or was cancelled,

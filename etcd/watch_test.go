@@ -109,10 +109,11 @@ func TestWatchNotices(t *testing.T) {
 		}
 		extra++
 	}
-	// One notice is the aim; a second may slip through when the client's
-	// goroutine is slow to hand over what it holds. Six would be no
-	// coalescing at all.
-	if extra > 1 {
+	// One notice is the aim; a second or third may slip through when the
+	// client's goroutine is slow to hand over what it holds (3 once in a
+	// full run under -race on 2 busy cores). Six would be no coalescing at
+	// all: every response waiting in the client would be a notice.
+	if extra > 2 {
 		t.Fatalf("a burst of 6 changes gave %d notices", 1+extra)
 	}
 
