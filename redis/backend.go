@@ -204,7 +204,7 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	// Its value is not known here, so its holder record goes too.
 	var tomb time.Duration
 	if g.Handle == nil {
-		tomb = g.TTL + giveBackMargin
+		tomb = g.TTL + redisnode.GiveBackMargin
 	}
 	var k Keys
 	if h, ok := g.Handle.(*handle); ok {
@@ -234,11 +234,6 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	return nil
 }
 
-// giveBackMargin lengthens a give-back's tombstone past the attempt's TTL:
-// its request may still be on its way (a retransmitted segment), and one
-// give-back call must cover it, as the portable layer's retries over the
-// release timeout used to.
-const giveBackMargin = driver.DefaultReleaseTimeout
 
 // Subscribe implements driver.Notifier.
 func (b *backend) Subscribe(ctx context.Context, key string) (driver.Subscription, error) {

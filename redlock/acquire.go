@@ -132,12 +132,13 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 }
 
 // releaseNode gives node i's lock back after a failed attempt, even when the
-// caller's context has ended; bounded by nt. The tombstone (ttl) keeps a
-// late request of owner from setting the lock again.
+// caller's context has ended; bounded by nt. The tombstone keeps a late
+// request of owner (one whose call timed out may still be on its way) from
+// setting the lock again.
 func (b *backend) releaseNode(ctx context.Context, i int, k redisnode.Keys, owner string, ttl, nt time.Duration) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nt)
 	defer cancel()
-	_, _ = redisnode.ReleaseOn(rctx, b.nodes[i].client, k, owner, ttl, true)
+	_, _ = redisnode.ReleaseOn(rctx, b.nodes[i].client, k, owner, ttl+redisnode.GiveBackMargin, true)
 }
 
 // notAcquired is the error of a failed phase 1: a HeldError when a node said

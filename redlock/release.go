@@ -48,7 +48,7 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 		// A give-back: its requests may still be on their way to the
 		// nodes, and this one call must cover them (see redis's
 		// giveBackMargin).
-		tomb += driver.DefaultReleaseTimeout
+		tomb += redisnode.GiveBackMargin
 	}
 	if h, ok := g.Handle.(*handle); ok {
 		h.settle(ctx, nt)

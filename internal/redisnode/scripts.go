@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/mutation"
 )
 
@@ -344,6 +345,12 @@ func (b batch) send(ctx context.Context, c goredis.UniversalClient, s wordScript
 		todo = again
 	}
 }
+
+// GiveBackMargin lengthens a give-back's tombstone past the attempt's TTL:
+// its request may still be on its way (a retransmitted segment), and one
+// give-back call must cover it, as the portable layer's retries over the
+// release timeout used to.
+const GiveBackMargin = driver.DefaultReleaseTimeout
 
 // ReleaseOn runs the release script: DEL k.Lock if it still holds owner
 // (and the holder record k.Holder with it, when withRecord: the lock may

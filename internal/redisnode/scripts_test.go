@@ -225,3 +225,27 @@ func TestExtendMany(t *testing.T) {
 		}
 	}
 }
+
+// A tombstone is never shortened: two releases of one owner may arrive in
+// either order (a failed attempt's give-back of each node, and the portable
+// layer's give-back of the whole attempt), and the shorter one landing last
+// let an acquire still on its way take the lock for nobody (CI, redlock's
+// TestGiveBackCoversLateAcquires).
+func TestTombstoneIsNeverShortened(t *testing.T) {
+	srv := testserver.Redis(t)
+	c := newClient(t, srv.Addr())
+	ctx := t.Context()
+	k := redisnode.KeysFor("tomb:", "k")
+	for _, tomb := range []time.Duration{time.Minute, time.Second} {
+		if _, err := redisnode.ReleaseOn(ctx, c, k, "me", tomb, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if left := c.PTTL(ctx, k.GoneFor("me")).Val(); left < 50*time.Second {
+		t.Fatalf("a 1s tombstone after a 1m one left %v; want the longer one kept", left)
+	}
+	r, err := redisnode.AcquireOn(ctx, c, k, "me", time.Minute, "")
+	if err != nil || r.Acquired {
+		t.Fatalf("a late acquire of the given-back owner = %+v, %v; want refused", r, err)
+	}
+}

@@ -19,7 +19,8 @@
 -- lock: the notice names it, and wakes only it (the others come back every
 -- window); past that, its place lapses.
 -- Returns 1 when released, 0 when the key is gone or someone else's.
-if ARGV[3] ~= '0' then
+if ARGV[3] ~= '0' and redis.call('PTTL', KEYS[2]) < tonumber(ARGV[3]) then
+  -- Never shortened: a give-back's longer tombstone may have come first.
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
