@@ -53,10 +53,14 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 
 	fail := func(err error) (driver.Grant, error) {
 		decide(false)
-		// Wait for the releases of the nodes that answered (they are
-		// responsive); the silent ones release in the background.
+		// Wait for the releases of the nodes that answered; those whose
+		// call failed (a timeout: the node may hang) and the silent ones
+		// release in the background. The next attempt has an owner of
+		// its own, so a late release cannot free its locks.
 		for i := range t1.answered {
-			<-dones[i]
+			if _, failed := t1.failed[i]; !failed {
+				<-dones[i]
+			}
 		}
 		return driver.Grant{}, err
 	}

@@ -54,7 +54,7 @@ type tally struct {
 	yes, no  []int         // nodes that answered yes / no
 	failed   map[int]error // nodes whose call failed
 	answered map[int]bool  // every node that answered (yes, no or failed)
-	silent   int           // nodes that did not answer in time
+	silent   int           // nodes not heard from: no answer in time, or not waited for
 	ctxErr   error         // ctx ended before a decision
 }
 
@@ -120,7 +120,7 @@ func (b *backend) summary(t tally) string {
 		}
 	}
 	if t.silent > 0 {
-		parts = append(parts, fmt.Sprintf("%d node(s) did not answer in time", t.silent))
+		parts = append(parts, fmt.Sprintf("%d node(s) not heard from", t.silent))
 	}
 	if len(parts) == 0 {
 		return ""

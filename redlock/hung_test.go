@@ -111,3 +111,34 @@ func TestNoSplitPauseWhenAllNodesUp(t *testing.T) {
 			slow, worst.Round(time.Millisecond), nt)
 	}
 }
+
+// TestFailedAttemptDoesNotWaitForHungGiveBack: two of three nodes hung. An
+// attempt fails once their calls time out (one node timeout), and gives
+// back in the background what those calls may have taken. It waited for
+// those give-backs too, each bounded by one more node timeout, so every
+// failed attempt against a hung node took twice the node timeout.
+func TestFailedAttemptDoesNotWaitForHungGiveBack(t *testing.T) {
+	srvs := testserver.RedisN(t, 3)
+	const nt = time.Second
+	l := newLocker(t, srvs, distlock.WithTTL(time.Minute), redlock.WithNodeTimeout(nt))
+	for _, s := range srvs[:2] {
+		if err := s.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = s.Resume() }()
+	}
+	for i := range 3 {
+		began := time.Now()
+		_, err := l.TryAcquire(t.Context(), "hung-give-back")
+		d := time.Since(began)
+		if !errors.Is(err, redlock.ErrNoQuorum) {
+			t.Fatalf("try %d: %v, want ErrNoQuorum", i, err)
+		}
+		t.Logf("try %d: %v: %v", i, d.Round(time.Millisecond), err)
+		// One node timeout and gather's margin (a quarter of it) at most;
+		// waiting for the hung give-backs makes it two.
+		if d > 7*nt/4 {
+			t.Errorf("try %d took %v with node timeout %v: it waited for the give-backs to the hung nodes", i, d.Round(time.Millisecond), nt)
+		}
+	}
+}
