@@ -234,7 +234,6 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	return nil
 }
 
-
 // Subscribe implements driver.Notifier.
 func (b *backend) Subscribe(ctx context.Context, key string) (driver.Subscription, error) {
 	return b.notifier.Subscribe(ctx, key)
