@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,7 +48,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 				b.releaseNode(ctx, r.i, k, req.Owner, req.TTL, nt)
 			}
 		})
-	t1 := gather(ctx, ch, n, b.quorum, deadline(nt))
+	t1 := gatherHopeful(ctx, ch, n, b.quorum, deadline(nt), b.suspects())
 
 	fail := func(err error) (driver.Grant, error) {
 		decide(false)
@@ -69,19 +68,26 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	}
 	if len(t1.yes) < b.quorum {
 		g, err := fail(b.notAcquired(req.Key, t1, results, "phase 1"))
-		// Nodes that failed, stayed silent, or were not read (gather stops
-		// once a quorum is out of reach): only when they could have made
-		// the quorum was the vote decided by them.
-		unheard := len(t1.failed) + n - len(t1.answered)
+		if req.Waiter == "" {
+			return g, err // TryAcquire: the caller decides what comes next
+		}
+		// Nodes that failed, or that were waited for and stayed silent:
+		// only when they could have made the quorum was the vote decided
+		// by them (gather stops reading once a quorum is out of reach).
+		unheard := len(t1.failed) + t1.hopeful(n)
 		if len(t1.yes) > 0 && len(t1.no) > 0 && len(t1.yes)+unheard >= b.quorum {
 			// A split vote decided by a node that did not answer (a
 			// timeout): the contenders, woken together by each other's
 			// give-backs, would split the same way again each node
-			// timeout. A random pause of up to two node timeouts sets
-			// them apart.
-			_ = driver.Sleep(ctx, rand.N(2*nt))
+			// timeout. A random pause sets them apart.
+			_ = driver.Sleep(ctx, b.splits.pause(req.Waiter, nt))
+		} else {
+			b.splits.reset(req.Waiter)
 		}
 		return g, err
+	}
+	if req.Waiter != "" {
+		b.splits.reset(req.Waiter)
 	}
 
 	// Nodes that said yes meanwhile join phase 2: a slow node among them

@@ -39,6 +39,7 @@ func (b *backend) fanOut(ctx context.Context, idx []int, nt time.Duration,
 			nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nt)
 			ok, err := fn(nctx, i, b.nodes[i].client)
 			cancel()
+			b.nodes[i].noteCall(err)
 			r := reply{i: i, ok: ok, err: err}
 			ch <- r
 			if then != nil {
@@ -56,6 +57,19 @@ type tally struct {
 	answered map[int]bool  // every node that answered (yes, no or failed)
 	silent   int           // nodes not heard from: no answer in time, or not waited for
 	ctxErr   error         // ctx ended before a decision
+	suspect  map[int]bool  // nodes not counted on to answer (gatherHopeful)
+}
+
+// hopeful is how many of total nodes have not answered and are counted on
+// to: suspects are not.
+func (t *tally) hopeful(total int) int {
+	h := total - len(t.answered)
+	for i := range t.suspect {
+		if !t.answered[i] {
+			h--
+		}
+	}
+	return h
 }
 
 func (t *tally) add(r reply) {
@@ -80,6 +94,22 @@ func gather(ctx context.Context, ch <-chan reply, total, need int, deadline time
 	return t
 }
 
+// gatherHopeful is gather for phase 1: it also gives up once need yeses
+// can no longer come from the nodes that are not suspects (see noteCall), so
+// that a hung node's timeout does not decide every attempt it takes part
+// in: contenders that each took some live nodes would fail together, one
+// node timeout later, woken together by each other's give-backs, and split
+// the live nodes again (a livelock). It waits for suspects as usual when
+// the others alone cannot make need.
+func gatherHopeful(ctx context.Context, ch <-chan reply, total, need int, deadline time.Time, suspects map[int]bool) tally {
+	t := tally{failed: map[int]error{}, answered: map[int]bool{}, suspect: suspects}
+	if total-len(suspects) < need {
+		t.suspect = nil
+	}
+	t.read(ctx, ch, total, need, deadline)
+	return t
+}
+
 // rest goes on reading replies until every node answered, ctx ended or
 // the deadline passed.
 func (t *tally) rest(ctx context.Context, ch <-chan reply, total int, deadline time.Time) {
@@ -90,7 +120,7 @@ func (t *tally) read(ctx context.Context, ch <-chan reply, total, need int, dead
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	for len(t.answered) < total {
-		if need > 0 && (len(t.yes) >= need || len(t.yes)+total-len(t.answered) < need) {
+		if need > 0 && (len(t.yes) >= need || len(t.yes)+t.hopeful(total) < need) {
 			break
 		}
 		select {

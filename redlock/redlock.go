@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -81,6 +82,7 @@ func newBackend(clients []goredis.UniversalClient, opts []distlock.Option) (*bac
 type node struct {
 	client   goredis.UniversalClient
 	notifier *redisnode.Notifier
+	timedOut atomic.Int64 // unix ns of the last call that timed out, 0 after an answer (see noteCall)
 }
 
 // closeNodes stops the notifiers and, with WithCloseClients, the clients.
