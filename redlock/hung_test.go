@@ -97,14 +97,7 @@ func TestTryAcquireDoesNotPauseAfterSplit(t *testing.T) {
 	const nt = 500 * time.Millisecond
 	for i := range 5 {
 		l := newLocker(t, srvs, distlock.WithTTL(time.Minute), redlock.WithNodeTimeout(nt))
-		began := time.Now()
-		_, err := l.TryAcquire(ctx, "k")
-		d := time.Since(began)
-		if !errors.Is(err, distlock.ErrNotAcquired) {
-			t.Fatalf("try %d: %v", i, err)
-		}
-		t.Logf("try %d: %v: %v", i, d.Round(time.Millisecond), err)
-		if d > 7*nt/4 {
+		if d := timedTry(t, l, "k", i, distlock.ErrNotAcquired); d > 7*nt/4 {
 			t.Errorf("try %d took %v with node timeout %v: it paused after the split vote", i, d.Round(time.Millisecond), nt)
 		}
 	}
@@ -132,13 +125,7 @@ func TestNoSplitPauseWhenAllNodesUp(t *testing.T) {
 	var worst time.Duration
 	slow := 0
 	for i := range 10 {
-		began := time.Now()
-		_, err := c.TryAcquire(ctx, "k")
-		d := time.Since(began)
-		if !errors.Is(err, distlock.ErrNotAcquired) {
-			t.Fatalf("try %d: %v", i, err)
-		}
-		t.Logf("try %d: %v: %v", i, d.Round(time.Millisecond), err)
+		d := timedTry(t, c, "k", i, distlock.ErrNotAcquired)
 		worst = max(worst, d)
 		if d > 100*time.Millisecond {
 			slow++
@@ -166,17 +153,25 @@ func TestFailedAttemptDoesNotWaitForHungGiveBack(t *testing.T) {
 		defer func() { _ = s.Resume() }()
 	}
 	for i := range 3 {
-		began := time.Now()
-		_, err := l.TryAcquire(t.Context(), "hung-give-back")
-		d := time.Since(began)
-		if !errors.Is(err, redlock.ErrNoQuorum) {
-			t.Fatalf("try %d: %v, want ErrNoQuorum", i, err)
-		}
-		t.Logf("try %d: %v: %v", i, d.Round(time.Millisecond), err)
+		d := timedTry(t, l, "hung-give-back", i, redlock.ErrNoQuorum)
 		// One node timeout and gather's margin (a quarter of it) at most;
 		// waiting for the hung give-backs makes it two.
 		if d > 7*nt/4 {
 			t.Errorf("try %d took %v with node timeout %v: it waited for the give-backs to the hung nodes", i, d.Round(time.Millisecond), nt)
 		}
 	}
+}
+
+// timedTry runs try i, a TryAcquire of key that must fail with want, and
+// returns how long it took.
+func timedTry(t *testing.T, l distlock.Locker, key string, i int, want error) time.Duration {
+	t.Helper()
+	began := time.Now()
+	_, err := l.TryAcquire(context.Background(), key)
+	d := time.Since(began)
+	if !errors.Is(err, want) {
+		t.Fatalf("try %d: %v, want %v", i, err, want)
+	}
+	t.Logf("try %d: %v: %v", i, d.Round(time.Millisecond), err)
+	return d
 }
