@@ -48,7 +48,14 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 				b.releaseNode(ctx, r.i, k, req.Owner, req.TTL, nt)
 			}
 		})
-	t1 := gatherHopeful(ctx, ch, n, b.quorum, deadline(nt), b.suspects())
+	var suspects map[int]bool
+	if req.Waiter != "" {
+		// Only a waiting Acquire skips suspects: it tries again anyway,
+		// while a TryAcquire's "held" could send its caller away for a
+		// minority lock's whole TTL when the suspect had recovered.
+		suspects = b.suspects()
+	}
+	t1 := gatherHopeful(ctx, ch, n, b.quorum, deadline(nt), suspects)
 
 	fail := func(err error) (driver.Grant, error) {
 		decide(false)
@@ -71,16 +78,23 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 		if req.Waiter == "" {
 			return g, err // TryAcquire: the caller decides what comes next
 		}
-		// Nodes that failed, or that were waited for and stayed silent:
-		// only when they could have made the quorum was the vote decided
-		// by them (gather stops reading once a quorum is out of reach).
-		unheard := len(t1.failed) + t1.hopeful(n)
+		// Nodes that failed, stayed silent, or were not waited for (a
+		// suspect): only when they could have made the quorum was the
+		// vote decided by them. (Nodes merely left unread once a quorum
+		// was out of reach cannot make it: gather stops only then.)
+		unheard := len(t1.failed) + n - len(t1.answered)
 		if len(t1.yes) > 0 && len(t1.no) > 0 && len(t1.yes)+unheard >= b.quorum {
-			// A split vote decided by a node that did not answer (a
-			// timeout): the contenders, woken together by each other's
-			// give-backs, would split the same way again each node
-			// timeout. A random pause sets them apart.
-			_ = driver.Sleep(ctx, b.splits.pause(req.Waiter, nt))
+			// A split vote decided by a node that did not answer: the
+			// contenders, woken together by each other's give-backs (and
+			// a lone waiter by its own), would try again at once, and
+			// split the same way. A random pause sets them apart; it
+			// ends no later than the lock that blocked us, since a lone
+			// waiter's streak grows too.
+			pause := b.splits.pause(req.Waiter, nt)
+			if held := shortestHeld(t1, results); held > 0 {
+				pause = min(pause, held)
+			}
+			_ = driver.Sleep(ctx, pause)
 		} else {
 			b.splits.reset(req.Waiter)
 		}
@@ -151,17 +165,24 @@ func (b *backend) releaseNode(ctx context.Context, i int, k redisnode.Keys, owne
 	_, _ = redisnode.ReleaseOn(rctx, b.nodes[i].client, k, owner, ttl+redisnode.GiveBackMargin, true)
 }
 
+// shortestHeld is the least time left on the locks that the nodes saying
+// "held" in t reported, 0 when none said how long.
+func shortestHeld(t tally, results []redisnode.AcquireResult) time.Duration {
+	least := time.Duration(0)
+	for _, i := range t.no {
+		if d := results[i].HolderTTL; d > 0 && (least == 0 || d < least) {
+			least = d
+		}
+	}
+	return least
+}
+
 // notAcquired is the error of a failed phase 1: a HeldError when a node said
 // the key is held, ErrNoQuorum otherwise.
 func (b *backend) notAcquired(key string, t tally, results []redisnode.AcquireResult, phase string) error {
 	n := len(b.nodes)
 	if len(t.no) > 0 {
-		var retry time.Duration
-		for _, i := range t.no {
-			if d := results[i].HolderTTL; d > 0 && (retry == 0 || d < retry) {
-				retry = d
-			}
-		}
+		retry := shortestHeld(t, results)
 		return fmt.Errorf("redlock: %q: %s granted by %d of %d nodes (need %d), held on %d%s: %w",
 			key, phase, len(t.yes), n, b.quorum, len(t.no), b.summary(t), &distlock.HeldError{Key: key, RetryAfter: retry})
 	}

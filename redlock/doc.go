@@ -15,15 +15,18 @@
 //     parallel, each call bounded by the node timeout (see
 //     [WithNodeTimeout]), far below the TTL. It goes on as soon as a
 //     quorum said yes, without waiting for the slowest nodes; it gives up
-//     as soon as a quorum can no longer be reached. A node whose last call
-//     timed out (in the last 5s; any answer clears it) is still asked, but
-//     not waited for once the other nodes alone decide the vote (unless
-//     they are too few for a quorum): a hung node's timeout would otherwise
-//     decide every split vote, and contenders that fail together, one node
-//     timeout later, split the live nodes again (a livelock). A waiting
-//     Acquire whose split vote a node that did not answer could still have
-//     decided pauses a random time before its next attempt, up to two node
-//     timeouts, doubling with each such split in a row (up to 16).
+//     as soon as a quorum can no longer be reached. In a waiting Acquire a
+//     node whose last call timed out (in the last 5s; any answer clears
+//     it) is still asked, but not waited for once the other nodes alone
+//     decide the vote (unless they are too few for a quorum): a hung
+//     node's timeout would otherwise decide every split vote, and
+//     contenders that fail together, one node timeout later, split the
+//     live nodes again (a livelock). A TryAcquire waits for every node up
+//     to the node timeout, and never pauses. A waiting Acquire whose split
+//     vote a node that did not answer could still have decided pauses a
+//     random time before its next attempt, up to two node timeouts,
+//     doubling with each such split in a row (up to 16), and never past
+//     the end of the shortest lock that said "held".
 //  2. The token T is the maximum of the counters of the acquired quorum.
 //  3. Phase 2 runs the raise script on those nodes in parallel: "if the lock
 //     still holds my owner value, raise the counter to at least T and
