@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,21 +88,17 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 			// A split vote decided by a node that did not answer: the
 			// contenders, woken together by each other's give-backs (and
 			// a lone waiter by its own), would try again at once, and
-			// split the same way. A random pause sets them apart; it
-			// ends no later than the lock that blocked us, since a lone
-			// waiter's streak grows too.
-			pause := b.splits.pause(req.Waiter, nt)
+			// split the same way. A random pause of up to two node
+			// timeouts sets them apart; it ends no later than the lock
+			// that blocked us. (A range growing with each split in a row
+			// kept a lone waiter asleep through a real release: a review.)
+			pause := rand.N(2 * nt)
 			if held := shortestHeld(t1, results); held > 0 {
 				pause = min(pause, held)
 			}
 			_ = driver.Sleep(ctx, pause)
-		} else {
-			b.splits.reset(req.Waiter)
 		}
 		return g, err
-	}
-	if req.Waiter != "" {
-		b.splits.reset(req.Waiter)
 	}
 
 	// Nodes that said yes meanwhile join phase 2: a slow node among them

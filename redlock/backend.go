@@ -22,7 +22,6 @@ type backend struct {
 	nodeTimeout  time.Duration // 0: defaultNodeTimeout(ttl)
 	closeClients bool
 	unroute      func() // ends the routing of go-redis's logs (Open's clients)
-	splits       splitStreaks
 
 	// wg tracks the node calls that outlive the operation that started
 	// them (stragglers and background releases); Close waits for them,

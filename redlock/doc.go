@@ -24,9 +24,8 @@
 //     live nodes again (a livelock). A TryAcquire waits for every node up
 //     to the node timeout, and never pauses. A waiting Acquire whose split
 //     vote a node that did not answer could still have decided pauses a
-//     random time before its next attempt, up to two node timeouts,
-//     doubling with each such split in a row (up to 16), and never past
-//     the end of the shortest lock that said "held".
+//     random time before its next attempt, up to two node timeouts and
+//     never past the end of the shortest lock that said "held".
 //  2. The token T is the maximum of the counters of the acquired quorum.
 //  3. Phase 2 runs the raise script on those nodes in parallel: "if the lock
 //     still holds my owner value, raise the counter to at least T and

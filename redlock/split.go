@@ -3,9 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"net"
-	"sync"
 	"time"
 )
 
@@ -48,57 +46,4 @@ func (b *backend) suspects() map[int]bool {
 		}
 	}
 	return s
-}
-
-// splitStreaks counts, per waiting Acquire (its Request.Waiter), the split
-// votes in a row that only an unheard node could have decided. Contenders
-// woken together split the same way again; a random pause sets them apart,
-// and its range doubles with each split in a row (up to 8 times) so that
-// many contenders spread out too.
-type splitStreaks struct {
-	mu sync.Mutex
-	m  map[string]streak
-}
-
-type streak struct {
-	n    int
-	last time.Time
-}
-
-// maxStreaks bounds the map: a waiter that gave up mid-streak leaves its
-// entry; past this many, entries older than a minute go.
-const maxStreaks = 1024
-
-// pause returns how long waiter should pause after one more split.
-func (s *splitStreaks) pause(waiter string, nt time.Duration) time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	if s.m == nil {
-		s.m = map[string]streak{}
-	}
-	if len(s.m) >= maxStreaks {
-		for w, st := range s.m {
-			if now.Sub(st.last) > time.Minute {
-				delete(s.m, w)
-			}
-		}
-	}
-	st, ok := s.m[waiter]
-	st.n++
-	st.last = now
-	if ok || len(s.m) < maxStreaks {
-		s.m[waiter] = st
-	}
-	return rand.N(2 * nt << min(st.n-1, 3))
-}
-
-// reset ends waiter's streak: its attempt was decided without an unheard
-// node.
-func (s *splitStreaks) reset(waiter string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.m) > 0 {
-		delete(s.m, waiter)
-	}
 }

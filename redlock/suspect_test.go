@@ -12,6 +12,7 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/internal/testutil"
 	"github.com/distlock/distlock/redis"
 	"github.com/distlock/distlock/redlock"
 )
@@ -152,5 +153,85 @@ func TestLoneWaiterTakesFreedLockPromptly(t *testing.T) {
 	}
 	if worst > 2*nt+100*time.Millisecond {
 		t.Errorf("the lone waiter took a free lock up to %v after it was free (node timeout %v, no contenders)", worst.Round(time.Millisecond), nt)
+	}
+}
+
+// TestLoneWaiterTakesReleasedLockPromptly (a second review): a lease held
+// on nodes 0 and 1 only (node 2 was down when it was taken, and came back
+// empty), node 0 then hung. Each attempt of a lone waiter takes node 2,
+// hears "held" from node 1, and node 0 (a suspect) could have decided:
+// it pauses. When the split pause's range grew with each split in a row
+// (up to 16 node timeouts), the waiter slept through the lease's release
+// and took the lock up to 1.3 s after it; the pause is now at most two node
+// timeouts. Node 1 is reached through a 2 ms delay so that its "held"
+// comes after node 2's yes.
+func TestLoneWaiterTakesReleasedLockPromptly(t *testing.T) {
+	const nt = 100 * time.Millisecond
+	srvs := testserver.RedisN(t, 3)
+	ctx := context.Background()
+	keys := []string{"k0", "k1", "k2"}
+	holder := newLocker(t, srvs, distlock.WithTTL(30*time.Second), redlock.WithNodeTimeout(200*time.Millisecond))
+	if err := srvs[2].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	var leases []*distlock.Lease
+	for _, k := range keys {
+		ls, err := holder.TryAcquire(ctx, k)
+		if err != nil {
+			t.Fatalf("holder %s: %v", k, err)
+		}
+		leases = append(leases, ls)
+	}
+	time.Sleep(400 * time.Millisecond) // the holder's calls to node 2 are over
+	if err := srvs[2].Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := srvs[0].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srvs[0].Resume() }()
+	var cs []goredis.UniversalClient
+	for i, s := range srvs {
+		addr := s.Addr()
+		if i == 1 {
+			px := testutil.NewDelayProxy(t, addr, 2*time.Millisecond)
+			px.Slow.Store(true)
+			addr = px.Addr()
+		}
+		cs = append(cs, goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, DialTimeout: time.Second}))
+	}
+	l, err := redlock.New(cs, redlock.WithCloseClients(true), distlock.WithTTL(10*time.Second), redlock.WithNodeTimeout(nt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var worst time.Duration
+	for round, key := range keys {
+		type result struct {
+			ls  *distlock.Lease
+			err error
+			at  time.Time
+		}
+		done := make(chan result, 1)
+		go func() {
+			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			ls, err := l.Acquire(actx, key)
+			done <- result{ls, err, time.Now()}
+		}()
+		time.Sleep(2 * time.Second) // the waiter splits again and again
+		freed := time.Now()
+		_ = leases[round].Release(ctx)
+		r := <-done
+		if r.err != nil {
+			t.Fatalf("round %d: %v", round, r.err)
+		}
+		lag := r.at.Sub(freed)
+		t.Logf("round %d: taken %v after the holder's release began", round, lag.Round(time.Millisecond))
+		worst = max(worst, lag)
+		_ = r.ls.Release(ctx)
+	}
+	if worst > 2*nt+100*time.Millisecond {
+		t.Errorf("the lone waiter took a released lock up to %v after the release (node timeout %v, no contenders)", worst.Round(time.Millisecond), nt)
 	}
 }
