@@ -46,8 +46,8 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	tomb := ttl
 	if g.Handle == nil {
 		// A give-back: its requests may still be on their way to the
-		// nodes, and this one call must cover them (see redis's
-		// giveBackMargin).
+		// nodes, and this one call must cover them (see
+		// redisnode.GiveBackMargin).
 		tomb += redisnode.GiveBackMargin
 	}
 	if h, ok := g.Handle.(*handle); ok {
