@@ -17,12 +17,12 @@ import (
 	"github.com/distlock/distlock/redlock"
 )
 
-// The tests below come from a review of "suspects" (nodes whose last call
-// timed out, not waited for once the others decide a waiting Acquire's
-// vote) and of the growing split pause; each failed on that first version.
-// They share one schedule: another owner's lock on a minority (node 2, a
-// crashed client's), so the key cannot be had until it expires, and no
-// contender at all.
+// The tests below come from two reviews of "suspects" (nodes whose last
+// call timed out, not waited for once the others decide a waiting
+// Acquire's vote) and of the split pause; each failed on the version it
+// reviewed. None has a contender: a lone caller against another owner's
+// lock on a minority (node 2, a crashed client's), which cannot be had
+// until it expires, or (the last) against a lease held on a bare majority.
 
 // minorityLock sets another owner's lock on node 2 alone for d.
 func minorityLock(t *testing.T, srvs []*testserver.Server, key string, d time.Duration) {
