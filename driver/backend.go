@@ -167,9 +167,11 @@ type Dequeuer interface {
 }
 
 // WaiterSubscriber is an optional interface of a Backend whose release
-// notices may be addressed to one waiter of its queue (see Dequeuer): the
-// portable layer subscribes a waiting Acquire with its Request.Waiter, and
-// notices addressed to other waiters do not wake it.
+// notices depend on who waits: notices addressed to one waiter of its queue
+// (see Dequeuer), or ones a waiter's own attempts caused. The portable
+// layer subscribes a waiting Acquire with its Request.Waiter, and notices
+// that waiter need not act on (addressed to another waiter, or its own
+// give-backs) do not wake it.
 type WaiterSubscriber interface {
 	SubscribeWaiter(ctx context.Context, key, waiter string) (Subscription, error)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,7 +59,11 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	}
 	t1 := gatherHopeful(ctx, ch, n, b.quorum, deadline(nt), suspects)
 
+	var mute []int // the nodes whose notices the waiter ignores after a failure
 	fail := func(err error) (driver.Grant, error) {
+		if sub := b.waitingFor(req); sub != nil {
+			sub.mute(mute) // before the give-backs, whose notices it is about
+		}
 		decide(false)
 		// Wait for the releases of the nodes that answered, even those
 		// whose call failed (bounded by the node timeout); the silent ones
@@ -75,6 +80,15 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 		return fail(t1.ctxErr)
 	}
 	if len(t1.yes) < b.quorum {
+		if len(t1.no) > 0 {
+			// The nodes we took, and those not heard yet (a late yes
+			// gives back too); see subscription.mute.
+			for i := range n {
+				if _, failed := t1.failed[i]; !failed && !slices.Contains(t1.no, i) {
+					mute = append(mute, i)
+				}
+			}
+		}
 		g, err := fail(b.notAcquired(req.Key, t1, results, "phase 1"))
 		if req.Waiter == "" {
 			return g, err // TryAcquire: the caller decides what comes next

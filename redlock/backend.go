@@ -29,6 +29,12 @@ type backend struct {
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
+
+	// waiting holds the subscriptions of waiting Acquires (SubscribeWaiter),
+	// by key and waiter, so that an attempt can tell its own subscription
+	// which nodes' notices would only be its own give-backs.
+	waitingMu sync.Mutex
+	waiting   map[waiterID]*subscription
 }
 
 // handle is a Grant's Handle: Lease.As(*redis.Keys) reaches the lock's keys.

@@ -16,6 +16,48 @@ import (
 // on each node that held the lock, so a notice from any node wakes the
 // waiter.
 func (b *backend) Subscribe(ctx context.Context, key string) (driver.Subscription, error) {
+	return b.subscribe(ctx, key)
+}
+
+// SubscribeWaiter implements driver.WaiterSubscriber: the subscription of
+// a waiting Acquire, which its attempts can reach (waitingFor) to mute the
+// nodes of their own give-backs.
+func (b *backend) SubscribeWaiter(ctx context.Context, key, waiter string) (driver.Subscription, error) {
+	s, err := b.subscribe(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	id := waiterID{key, waiter}
+	s.unregister = func() {
+		b.waitingMu.Lock()
+		defer b.waitingMu.Unlock()
+		if b.waiting[id] == s {
+			delete(b.waiting, id)
+		}
+	}
+	b.waitingMu.Lock()
+	defer b.waitingMu.Unlock()
+	if b.waiting == nil {
+		b.waiting = make(map[waiterID]*subscription)
+	}
+	b.waiting[id] = s
+	return s, nil
+}
+
+type waiterID struct{ key, waiter string }
+
+// waitingFor is the subscription of req's waiting Acquire, nil when it
+// has none (yet) or req is a TryAcquire's.
+func (b *backend) waitingFor(req driver.Request) *subscription {
+	if req.Waiter == "" {
+		return nil
+	}
+	b.waitingMu.Lock()
+	defer b.waitingMu.Unlock()
+	return b.waiting[waiterID{req.Key, req.Waiter}]
+}
+
+func (b *backend) subscribe(ctx context.Context, key string) (*subscription, error) {
 	s := &subscription{sig: make(chan struct{}, 1)}
 	for i, nd := range b.nodes {
 		ns, err := nd.notifier.Subscribe(ctx, key)
@@ -28,6 +70,7 @@ func (b *backend) Subscribe(ctx context.Context, key string) (driver.Subscriptio
 		s.subs = append(s.subs, ns)
 	}
 	s.failing = make([]error, len(s.subs))
+	s.muted = make([]bool, len(s.subs))
 	return s, nil
 }
 
@@ -49,6 +92,27 @@ type subscription struct {
 	lastNotice time.Time // when a pump last got a notice (or activation)
 	lastReturn time.Time // when Wait last returned nil
 	failing    []error   // per node: the error of its last Wait, nil when fine
+	// muted[i]: node i's notices do not wake the waiter (see mute).
+	muted      []bool
+	unregister func() // set by SubscribeWaiter
+}
+
+// mute makes the notices of nodes (and only those) stop waking the waiter,
+// until the next call. An attempt that found the key held by others mutes
+// the nodes it took and gave back, and those it did not hear from (they may
+// yet say yes and be given back): their notices are its own give-backs (and
+// its own wake-up on them, at once, was a spin for as long as the key was
+// held), and a release there does not change the vote. A release on a node
+// that said "held" (or whose call failed) can, and still wakes the waiter;
+// the fallback poll covers an expiry. Safety does not depend on notices:
+// they only say when to try.
+func (s *subscription) mute(nodes []int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.muted)
+	for _, i := range nodes {
+		s.muted[i] = true
+	}
 }
 
 // pumpBackoff bounds how often a pump retries a node whose subscription
@@ -68,10 +132,14 @@ func (s *subscription) pump(life context.Context, i int) {
 		}
 		s.mu.Lock()
 		s.failing[i] = err
-		if err == nil {
+		muted := err == nil && s.muted[i]
+		if err == nil && !muted {
 			s.lastNotice = time.Now()
 		}
 		s.mu.Unlock()
+		if muted {
+			continue
+		}
 		select {
 		case s.sig <- struct{}{}:
 		default:
@@ -152,6 +220,9 @@ func (s *subscription) Close() error {
 	s.closed = true
 	stop := s.stop
 	s.mu.Unlock()
+	if s.unregister != nil {
+		s.unregister()
+	}
 	if stop != nil {
 		stop()
 	}

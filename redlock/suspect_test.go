@@ -235,3 +235,65 @@ func TestLoneWaiterTakesReleasedLockPromptly(t *testing.T) {
 		t.Errorf("the lone waiter took a released lock up to %v after the release (node timeout %v, no contenders)", worst.Round(time.Millisecond), nt)
 	}
 }
+
+// TestLoneWaiterDoesNotSpinOnOwnGiveBack (a second review, older than the
+// suspects): a lease held on nodes 0 and 1 only (node 2 was down when it
+// was taken, and came back empty). Each attempt of a lone waiter took node
+// 2, heard "held" from nodes 0 and 1, and gave node 2 back; the give-back's
+// release notice woke the waiter again ~3 ms later: ~650 attempts a second,
+// each leaving a tombstone for TTL + 5 s, for as long as the lease was held.
+// Only a release on a node that said "held" can change that vote.
+func TestLoneWaiterDoesNotSpinOnOwnGiveBack(t *testing.T) {
+	srvs := testserver.RedisN(t, 3)
+	ctx := context.Background()
+	holder := newLocker(t, srvs, distlock.WithTTL(30*time.Second), redlock.WithNodeTimeout(200*time.Millisecond))
+	if err := srvs[2].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := holder.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond) // the holder's calls to node 2 are over
+	if err := srvs[2].Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	admin := clients(t, srvs[2:], false)[0]
+	waiter := newLocker(t, srvs, distlock.WithTTL(10*time.Second))
+	before := scriptCalls(t, admin)
+	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err = waiter.Acquire(actx, "k")
+	cancel()
+	calls := scriptCalls(t, admin) - before
+	t.Logf("a 2 s waiting Acquire (%v): %d script calls on node 2", err, calls)
+	if calls > 20 {
+		t.Errorf("the lone waiter made ~%d attempts in 2 s: it spins on its own give-backs' notices", calls/2)
+	}
+
+	// A release of the lease still wakes the waiter at once.
+	done := make(chan time.Time, 1)
+	go func() {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l2, err := waiter.Acquire(actx, "k")
+		if err != nil {
+			t.Error(err)
+			done <- time.Time{}
+			return
+		}
+		done <- time.Now()
+		_ = l2.Release(ctx)
+	}()
+	time.Sleep(500 * time.Millisecond)
+	released := time.Now()
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-done; !got.IsZero() {
+		lag := got.Sub(released)
+		t.Logf("taken %v after the release", lag.Round(time.Millisecond))
+		if lag > time.Second {
+			t.Errorf("the waiter took the released lock %v after the release: it missed the notice", lag)
+		}
+	}
+}
