@@ -61,7 +61,12 @@
 // notices of every node (one pub/sub connection per node) and wake on any, once
 // per burst (one release notifies from every node it held), after a random
 // delay of up to 3ms so that the waiters one release woke do not all try at
-// once and split the votes again.
+// once and split the votes again. After an attempt that heard "held", a
+// waiter ignores the notices of the nodes it took (and gave back) or did
+// not hear from: they are its own give-backs, on which it would try again at
+// once for as long as the key is held, and a release there cannot change
+// the vote. A release on a node that said "held" wakes it; an expiry is
+// found by the fallback poll.
 //
 // # Why the tokens increase
 //

@@ -14,7 +14,7 @@ import (
 // Subscribe implements driver.Notifier: it subscribes to key's release
 // notices on every node (no I/O until the first Wait). A release publishes
 // on each node that held the lock, so a notice from any node wakes the
-// waiter.
+// waiter (but see SubscribeWaiter).
 func (b *backend) Subscribe(ctx context.Context, key string) (driver.Subscription, error) {
 	return b.subscribe(ctx, key)
 }
