@@ -50,6 +50,12 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 				b.releaseNode(ctx, r.i, k, req.Owner, req.TTL, nt)
 			}
 		})
+	sub := b.waitingFor(req)
+	if sub != nil {
+		// Until this attempt fails, every node's notice wakes the waiter: a
+		// node the last attempt took may be another's now.
+		sub.mute(nil)
+	}
 	var suspects map[int]bool
 	if req.Waiter != "" {
 		// Only a waiting Acquire skips suspects: it tries again anyway,
@@ -61,7 +67,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 
 	var mute []int // the nodes whose notices the waiter ignores after a failure
 	fail := func(err error) (driver.Grant, error) {
-		if sub := b.waitingFor(req); sub != nil {
+		if sub != nil {
 			sub.mute(mute) // before the give-backs, whose notices it is about
 		}
 		decide(false)
@@ -81,12 +87,22 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	}
 	if len(t1.yes) < b.quorum {
 		if len(t1.no) > 0 {
-			// The nodes we took, and those not heard yet (a late yes
-			// gives back too); see subscription.mute.
+			// The nodes we took, and those left unread (a late yes gives
+			// back too) unless that makes a quorum: muted nodes must be
+			// fewer, so that a lease on a majority holds a node whose
+			// release still wakes us. A suspect we did not wait for is
+			// never muted: a review saw a waiter sleep 9 s through a hung
+			// node's recovery, and through a lease taken and released on
+			// it and the node we took. See subscription.mute.
+			mute = slices.Clone(t1.yes)
+			var unread []int
 			for i := range n {
-				if _, failed := t1.failed[i]; !failed && !slices.Contains(t1.no, i) {
-					mute = append(mute, i)
+				if !t1.answered[i] && !t1.suspect[i] {
+					unread = append(unread, i)
 				}
+			}
+			if len(mute)+len(unread) < b.quorum {
+				mute = append(mute, unread...)
 			}
 		}
 		g, err := fail(b.notAcquired(req.Key, t1, results, "phase 1"))

@@ -99,8 +99,8 @@ type subscription struct {
 
 // mute makes the notices of nodes (and only those) stop waking the waiter,
 // until the next call. An attempt that found the key held by others mutes
-// the nodes it took and gave back, and those it did not hear from (they may
-// yet say yes and be given back): their notices are its own give-backs (and
+// the nodes it took and gave back, and those it left unread (they may yet
+// say yes and be given back): their notices are its own give-backs (and
 // its own wake-up on them, at once, was a spin for as long as the key was
 // held), and a release there does not change the vote. A release on a node
 // that said "held" (or whose call failed) can, and still wakes the waiter;
