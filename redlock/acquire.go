@@ -86,34 +86,33 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 		return fail(t1.ctxErr)
 	}
 	if len(t1.yes) < b.quorum {
-		if len(t1.no) > 0 {
-			// The nodes we took, and those left unread (a late yes gives
-			// back too) unless that makes a quorum: muted nodes must be
-			// fewer, so that a lease on a majority holds a node whose
-			// release still wakes us. A suspect we did not wait for is
-			// never muted: a review saw a waiter sleep 9 s through a hung
-			// node's recovery, and through a lease taken and released on
-			// it and the node we took. See subscription.mute.
+		// Nodes that failed, stayed silent, or were not waited for (a
+		// suspect): only when they could have made the quorum was the
+		// vote decided by them. (Nodes merely left unread once a quorum
+		// was out of reach cannot make it: gather stops only then.)
+		unheard := len(t1.failed) + n - len(t1.answered)
+		if len(t1.no) > 0 && len(t1.yes)+unheard < b.quorum {
+			// Lost to "held" alone: until one of those nodes changes,
+			// no attempt can win, and a release there still wakes us (an
+			// expiry, the fallback poll). So the nodes we took, and those
+			// left unread (a late yes gives back too), are muted: their
+			// notices are our own give-backs. Not when an unheard node
+			// could have decided: it can become free without a notice (a
+			// node out of memory recovers; a hung one resumes and its
+			// lock expires), and two reviews saw waiters sleep 4-9 s
+			// through that; the split pause below paces those attempts.
+			// See subscription.mute.
 			mute = slices.Clone(t1.yes)
-			var unread []int
 			for i := range n {
 				if !t1.answered[i] && !t1.suspect[i] {
-					unread = append(unread, i)
+					mute = append(mute, i)
 				}
-			}
-			if len(mute)+len(unread) < b.quorum {
-				mute = append(mute, unread...)
 			}
 		}
 		g, err := fail(b.notAcquired(req.Key, t1, results, "phase 1"))
 		if req.Waiter == "" {
 			return g, err // TryAcquire: the caller decides what comes next
 		}
-		// Nodes that failed, stayed silent, or were not waited for (a
-		// suspect): only when they could have made the quorum was the
-		// vote decided by them. (Nodes merely left unread once a quorum
-		// was out of reach cannot make it: gather stops only then.)
-		unheard := len(t1.failed) + n - len(t1.answered)
 		if len(t1.yes) > 0 && len(t1.no) > 0 && len(t1.yes)+unheard >= b.quorum {
 			// A split vote decided by a node that did not answer: the
 			// contenders, woken together by each other's give-backs (and

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/redis"
 	"github.com/distlock/distlock/redlock"
 )
 
@@ -246,5 +248,111 @@ func TestWaitersDoNotPingPong(t *testing.T) {
 	}
 	if len(lags) == waiters && lags[waiters-1] > waiters*500*time.Millisecond {
 		t.Errorf("the last waiter took the lock %v after the release", lags[waiters-1])
+	}
+}
+
+// TestWaiterHearsFailedNodeRecover (review 2 of the mute): node 0 out of
+// memory (its writes fail at once: a failure, not a suspect), a crashed
+// client's lock on node 2. Each attempt takes node 1, hears "held" from
+// node 2, and node 0 fails: node 0 could have decided the vote. Node 0
+// then recovers, which publishes nothing; muting node 1 left the waiter
+// only its 5 s fallback poll: it took the lock 3.5-4.1 s after, where it
+// had taken it within 10-276 ms (the split pause paces those attempts).
+func TestWaiterHearsFailedNodeRecover(t *testing.T) {
+	const nt = 200 * time.Millisecond
+	srvs := testserver.RedisN(t, 3)
+	ctx := context.Background()
+	full := clients(t, srvs[:1], false)[0]
+	if err := full.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	l := newLocker(t, srvs, distlock.WithTTL(10*time.Second), redlock.WithNodeTimeout(nt))
+	var worst time.Duration
+	for round, key := range []string{"k0", "k1", "k2"} {
+		if err := full.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		minorityLock(t, srvs, key, 30*time.Second)
+		type result struct {
+			ls  *distlock.Lease
+			err error
+			at  time.Time
+		}
+		done := make(chan result, 1)
+		go func() {
+			actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			ls, err := l.Acquire(actx, key)
+			done <- result{ls, err, time.Now()}
+		}()
+		time.Sleep(1500 * time.Millisecond)
+		if err := full.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		back := time.Now()
+		r := <-done
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		lag := r.at.Sub(back)
+		_ = r.ls.Release(ctx)
+		t.Logf("round %d: node 0 writable again: the waiter took the lock %v later", round, lag.Round(time.Millisecond))
+		worst = max(worst, lag)
+	}
+	if worst > 2*time.Second {
+		t.Errorf("the waiter took a lock it could have up to %v after node 0 recovered (node timeout %v)", worst.Round(time.Millisecond), nt)
+	}
+}
+
+// TestWaiterHearsExpiryAfterHang (review 2 of the mute): crashed clients'
+// locks on node 2 (30 s) and node 0 (6.5 s), node 1 free. Node 0 hangs
+// from 1 s to 6 s; the waiter's fallback poll meets the hang (a timeout, no
+// TTL learned from node 0). Node 0 comes back holding its lock, which then
+// expires without a notice. Muting node 1 left the waiter asleep 4.2 s
+// past that expiry (3-4 ms before the mute).
+func TestWaiterHearsExpiryAfterHang(t *testing.T) {
+	const nt = 200 * time.Millisecond
+	srvs := testserver.RedisN(t, 3)
+	ctx := context.Background()
+	cs := clients(t, srvs, false)
+	k := redisnode.KeysFor(redis.DefaultPrefix, "k")
+	if r, err := redisnode.AcquireOn(ctx, cs[2], k, "crashed-2", 30*time.Second, ""); err != nil || !r.Acquired {
+		t.Fatalf("node 2: %+v %v", r, err)
+	}
+	const ttl0 = 6500 * time.Millisecond
+	if r, err := redisnode.AcquireOn(ctx, cs[0], k, "crashed-0", ttl0, ""); err != nil || !r.Acquired {
+		t.Fatalf("node 0: %+v %v", r, err)
+	}
+	freed := time.Now().Add(ttl0) // then nodes 0 and 1 are free
+	l := newLocker(t, srvs, distlock.WithTTL(10*time.Second), redlock.WithNodeTimeout(nt))
+	type result struct {
+		ls  *distlock.Lease
+		err error
+		at  time.Time
+	}
+	done := make(chan result, 1)
+	go func() {
+		actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		ls, err := l.Acquire(actx, "k")
+		done <- result{ls, err, time.Now()}
+	}()
+	time.Sleep(time.Second)
+	if err := srvs[0].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second)
+	if err := srvs[0].Resume(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	lag := r.at.Sub(freed)
+	_ = r.ls.Release(ctx)
+	t.Logf("the waiter took the lock %v after node 0's lock expired", lag.Round(time.Millisecond))
+	if lag > 2*time.Second {
+		t.Errorf("the waiter took a lock it could have %v after it was free on nodes 0 and 1 (node timeout %v)", lag.Round(time.Millisecond), nt)
 	}
 }

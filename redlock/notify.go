@@ -98,14 +98,15 @@ type subscription struct {
 }
 
 // mute makes the notices of nodes (and only those) stop waking the waiter,
-// until the next call. An attempt that found the key held by others mutes
-// the nodes it took and gave back, and those it left unread (they may yet
-// say yes and be given back): their notices are its own give-backs (and
-// its own wake-up on them, at once, was a spin for as long as the key was
-// held), and a release there does not change the vote. A release on a node
-// that said "held" (or whose call failed) can, and still wakes the waiter;
-// the fallback poll covers an expiry. Safety does not depend on notices:
-// they only say when to try.
+// until the next call. An attempt lost to "held" answers alone (the nodes
+// it did not hear from could not have made its quorum) mutes the nodes it
+// took and gave back, and those it left unread (they may yet say yes and
+// be given back): their notices are its own give-backs (and its own
+// wake-up on them, at once, was a spin for as long as the key was held),
+// and nothing on them can change the vote. Only a change on a node that
+// said "held" can: a release there still wakes the waiter, and the
+// fallback poll covers an expiry. Safety does not depend on notices: they
+// only say when to try.
 func (s *subscription) mute(nodes []int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
