@@ -11,3 +11,9 @@ import (
 func NewNotifierHealth(client goredis.UniversalClient, prefix string, every, pongWait time.Duration) *Notifier {
 	return newNotifier(client, prefix, every, pongWait)
 }
+
+// ExtendScriptHashes are the SHA1s of the repairing extend and its fast
+// path, for tests that check which of them ran (SCRIPT EXISTS).
+func ExtendScriptHashes() (repairing, fast string) {
+	return extendWords.hash.(string), extendFast.hash.(string)
+}

@@ -226,6 +226,82 @@ func TestExtendMany(t *testing.T) {
 	}
 }
 
+// A batched extend of locks that are ours with their holder records (the
+// steady state) runs only the fast path: after a SCRIPT FLUSH the
+// repairing script is still not loaded. The fast path changes nothing where
+// it does not apply: a lock whose record is another owner's, one taken back
+// by this very refresh (a resend), one missing, someone else's; each gets
+// the repairing script's verdict.
+func TestExtendFastPath(t *testing.T) {
+	srv := testserver.Redis(t)
+	c := newClient(t, srv.Addr())
+	ctx := t.Context()
+	repairing, fast := redisnode.ExtendScriptHashes()
+	loaded := func() (bool, bool) {
+		e, err := c.ScriptExists(ctx, repairing, fast).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e[0], e[1]
+	}
+	var steady []redisnode.Extend
+	for i := range 3 {
+		k := redisnode.KeysFor("fast:", fmt.Sprint("k", i))
+		if r, err := redisnode.AcquireOn(ctx, c, k, "me", time.Second, "v"); err != nil || !r.Acquired {
+			t.Fatal(r, err)
+		}
+		steady = append(steady, redisnode.Extend{Keys: k, Owner: "me", TTL: time.Minute, Token: 7, Nonce: "n", Value: "v"})
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, errs := redisnode.ExtendManyOn(ctx, c, steady)
+	for i, l := range steady {
+		if errs[i] != nil || res[i] != redisnode.ExtendRenewed {
+			t.Errorf("steady lock %d: %v, %v; want renewed", i, res[i], errs[i])
+		}
+		for _, key := range []string{l.Keys.Lock, l.Keys.Holder} {
+			if ttl := c.PTTL(ctx, key).Val(); ttl < 30*time.Second {
+				t.Errorf("steady lock %d: PTTL of %s %v after an extend to 1m", i, key, ttl)
+			}
+		}
+	}
+	if r, f := loaded(); r || !f {
+		t.Errorf("steady locks: repairing script loaded %v, fast path loaded %v; want only the fast path to run", r, f)
+	}
+
+	// Where the fast path does not apply.
+	k := func(name string) redisnode.Keys { return redisnode.KeysFor("fast:", name) }
+	stale := redisnode.Extend{Keys: k("stale-record"), Owner: "me", TTL: time.Minute, Token: 9, Nonce: "n1", Value: "mine"}
+	if r, err := redisnode.AcquireOn(ctx, c, stale.Keys, "me", time.Second, ""); err != nil || !r.Acquired {
+		t.Fatal(r, err)
+	}
+	if err := c.HSet(ctx, stale.Keys.Holder, "owner", "earlier", "token", "3", "value", "theirs").Err(); err != nil {
+		t.Fatal(err)
+	}
+	missing := redisnode.Extend{Keys: k("missing"), Owner: "me", TTL: time.Minute, Token: 11, Nonce: "n2"}
+	other := redisnode.Extend{Keys: k("other"), Owner: "me", TTL: time.Minute, Token: 12, Nonce: "n3"}
+	if r, err := redisnode.AcquireOn(ctx, c, other.Keys, "someone", time.Minute, "x"); err != nil || !r.Acquired {
+		t.Fatal(r, err)
+	}
+	locks := []redisnode.Extend{stale, missing, other}
+	want := []redisnode.Extended{redisnode.ExtendRenewed, redisnode.ExtendRetaken, redisnode.ExtendHeldByOther}
+	for _, round := range []string{"first", "resent"} {
+		res, errs := redisnode.ExtendManyOn(ctx, c, locks)
+		for i := range locks {
+			if errs[i] != nil || res[i] != want[i] {
+				t.Errorf("%s: lock %d: %v, %v; want %v", round, i, res[i], errs[i], want[i])
+			}
+		}
+	}
+	if got := c.HGetAll(ctx, stale.Keys.Holder).Val(); got["owner"] != "me" || got["token"] != "9" || got["value"] != "mine" {
+		t.Errorf("a record of an earlier owner under our lock: %v; want ours", got)
+	}
+	if got := c.Get(ctx, other.Keys.Lock).Val(); got != "someone" {
+		t.Errorf("someone else's lock: %q", got)
+	}
+}
+
 // A tombstone is never shortened: two releases of one owner may arrive in
 // either order (a failed attempt's give-back of each node, and the portable
 // layer's give-back of the whole attempt), and the shorter one landing last
