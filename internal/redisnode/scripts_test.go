@@ -302,6 +302,127 @@ func TestExtendFastPath(t *testing.T) {
 	}
 }
 
+// The batched extend (extend_fast.lua, then extend.lua for the rest)
+// against extend.lua alone (ExtendOn), over every combination of lock,
+// holder record, retake marker and tombstone, wrong-typed keys included;
+// first after a SCRIPT FLUSH, then resent with the same nonces. Outcome,
+// error and every key's type, value and TTL must match. (Review 3: the
+// fast path's HGET failed on a record of the wrong type where extend.lua
+// reported a resent retake or extended the lock before failing.)
+func TestExtendFastMatchesRepairing(t *testing.T) {
+	srv := testserver.Redis(t)
+	c := newClient(t, srv.Addr())
+	ctx := t.Context()
+	type pair struct {
+		name string
+		a, b redisnode.Extend // batched side, ExtendOn side
+	}
+	setup := func(k redisnode.Keys, nonce, lock, record, marker string, tomb bool) {
+		short := 5 * time.Second
+		do := func(cmd interface{ Err() error }) {
+			if err := cmd.Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		switch lock {
+		case "ours":
+			do(c.Set(ctx, k.Lock, "me", short))
+		case "other":
+			do(c.Set(ctx, k.Lock, "x", short))
+		case "wrongtype":
+			do(c.HSet(ctx, k.Lock, "f", "v"))
+			do(c.PExpire(ctx, k.Lock, short))
+		}
+		switch record {
+		case "ours":
+			do(c.HSet(ctx, k.Holder, "owner", "me", "token", "7", "value", "v"))
+			do(c.PExpire(ctx, k.Holder, short))
+		case "other":
+			do(c.HSet(ctx, k.Holder, "owner", "x", "token", "3", "value", "w"))
+			do(c.PExpire(ctx, k.Holder, short))
+		case "noowner":
+			do(c.HSet(ctx, k.Holder, "token", "7"))
+			do(c.PExpire(ctx, k.Holder, short))
+		case "wrongtype":
+			do(c.Set(ctx, k.Holder, "s", short))
+		}
+		switch marker {
+		case "nonce":
+			do(c.Set(ctx, k.Retake, nonce, short))
+		case "othernonce":
+			do(c.Set(ctx, k.Retake, "old", short))
+		case "wrongtype":
+			do(c.HSet(ctx, k.Retake, "f", "v"))
+			do(c.PExpire(ctx, k.Retake, short))
+		}
+		if tomb {
+			do(c.Set(ctx, k.GoneFor("me"), "1", short))
+		}
+	}
+	var pairs []pair
+	for _, lock := range []string{"missing", "ours", "other", "wrongtype"} {
+		for _, record := range []string{"missing", "ours", "other", "noowner", "wrongtype"} {
+			for _, marker := range []string{"missing", "nonce", "othernonce", "wrongtype"} {
+				for _, tomb := range []bool{false, true} {
+					name := fmt.Sprintf("lock=%s,record=%s,marker=%s,tomb=%v", lock, record, marker, tomb)
+					nonce := "nonce-" + name
+					var e [2]redisnode.Extend
+					for side, prefix := range []string{"batch:", "single:"} {
+						k := redisnode.KeysFor(prefix, name)
+						setup(k, nonce, lock, record, marker, tomb)
+						e[side] = redisnode.Extend{Keys: k, Owner: "me", TTL: time.Minute, Token: 7, Nonce: nonce, Value: "v"}
+					}
+					pairs = append(pairs, pair{name, e[0], e[1]})
+				}
+			}
+		}
+	}
+	state := func(k redisnode.Keys) string {
+		var out strings.Builder
+		for _, key := range []string{k.Lock, k.Holder, k.Retake, k.GoneFor("me"), k.Counter} {
+			typ := c.Type(ctx, key).Val()
+			val := ""
+			switch typ {
+			case "string":
+				val = c.Get(ctx, key).Val()
+			case "hash":
+				val = fmt.Sprint(c.HGetAll(ctx, key).Val())
+			}
+			ttl := c.PTTL(ctx, key).Val()
+			class := "none"
+			switch {
+			case ttl > 30*time.Second:
+				class = "extended"
+			case ttl > 0:
+				class = "short"
+			case ttl == -1:
+				class = "persistent"
+			}
+			fmt.Fprintf(&out, "[%s %s %s]", typ, val, class)
+		}
+		return out.String()
+	}
+	for round, what := range []string{"after SCRIPT FLUSH", "resent, same nonces"} {
+		if round == 0 {
+			if err := c.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		batch := make([]redisnode.Extend, len(pairs))
+		for i, p := range pairs {
+			batch[i] = p.a
+		}
+		res, errs := redisnode.ExtendManyOn(ctx, c, batch)
+		for i, p := range pairs {
+			r, err := redisnode.ExtendOn(ctx, c, p.b.Keys, p.b.Owner, p.b.TTL, p.b.Token, p.b.Nonce, p.b.Value)
+			sa, sb := state(p.a.Keys), state(p.b.Keys)
+			if res[i] != r || (errs[i] == nil) != (err == nil) || sa != sb {
+				t.Errorf("%s, %s:\n  batched: %v, %v, %s\n  extend.lua: %v, %v, %s", what, p.name, res[i], errs[i], sa, r, err, sb)
+			}
+		}
+	}
+}
+
 // A tombstone is never shortened: two releases of one owner may arrive in
 // either order (a failed attempt's give-back of each node, and the portable
 // layer's give-back of the whole attempt), and the shorter one landing last

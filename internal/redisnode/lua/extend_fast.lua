@@ -1,13 +1,21 @@
 -- Redlock refresh, the common case: extend our lock and its holder record
 -- when both are ours and this refresh did not take the lock back (a resend
 -- must still say so); otherwise change nothing and return -1, and the
--- caller runs the repairing extend (extend.lua) for this lock.
+-- caller runs the repairing extend (extend.lua) for this lock. The reads
+-- are pcalls: a key of the wrong type (not ours to judge) also goes to
+-- extend.lua, so every outcome, error or not, is extend.lua's.
 -- KEYS[1] lock key, KEYS[2] holder record, KEYS[3] retake marker
 -- ARGV[1] owner value, ARGV[2] TTL in milliseconds, ARGV[3] the refresh's
 -- nonce
-if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('HGET', KEYS[2], 'owner') == ARGV[1]
-    and redis.call('GET', KEYS[3]) ~= ARGV[3] then
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
+  return -1
 end
-return -1
+local marker = redis.pcall('GET', KEYS[3])
+if type(marker) == 'table' or marker == ARGV[3] then
+  return -1
+end
+if redis.pcall('HGET', KEYS[2], 'owner') ~= ARGV[1] then
+  return -1
+end
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return redis.call('PEXPIRE', KEYS[1], ARGV[2])
