@@ -47,7 +47,10 @@
 // Refresh extends the lock on every node where it is ours and takes it back
 // (SET, and the counter raised to the lease's token) where it is missing, so
 // a lease granted by exactly a majority survives the loss of a node of it.
-// It takes a node back only while a majority of the nodes have held the lock
+// (The auto-renewer refreshes the leases that fall due together in one
+// pipeline per node, where each lock first gets a short extend that applies
+// only when the lock and its holder record are ours; the rest get the
+// repairing script in a second pipeline.) It takes a node back only while a majority of the nodes have held the lock
 // without a break (a node out of reach counts while the lock set there has
 // not expired): otherwise a majority was free at some moment and another
 // client could have held the key, and the lease is reported lost. It
