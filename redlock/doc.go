@@ -68,8 +68,9 @@
 // waiter ignores the notices of the nodes it took (and gave back) or did
 // not hear from: they are its own give-backs, on which it would try again at
 // once for as long as the key is held, and a release there cannot change
-// the vote. A release on a node that said "held" wakes it; an expiry is
-// found by the fallback poll.
+// the vote. A release on a node that said "held" wakes it; an expiry, or a
+// lock deleted without a release, is found by trying again within half a
+// second.
 //
 // # Why the tokens increase
 //

@@ -64,7 +64,7 @@ func TestLoneWaiterDoesNotSpinOnOwnGiveBack(t *testing.T) {
 	cancel()
 	calls := scriptCalls(t, admin) - before
 	t.Logf("a 2 s waiting Acquire (%v): %d script calls on node 2", err, calls)
-	if calls > 20 {
+	if calls > 40 { // 10 attempts a second; it was ~700
 		t.Errorf("the lone waiter made ~%d attempts in 2 s: it spins on its own give-backs' notices", calls/2)
 	}
 
@@ -190,7 +190,7 @@ func TestWaiterDoesNotSpinOnFiveNodes(t *testing.T) {
 	r := <-done
 	lag := r.at.Sub(released)
 	t.Logf("2 s of waiting: %d script calls on nodes 3 and 4; taken %v after the release (%v)", n, lag.Round(time.Millisecond), r.err)
-	if n > 40 {
+	if n > 80 {
 		t.Errorf("the waiter spins: %d script calls on nodes 3 and 4 in 2 s", n)
 	}
 	if r.err != nil || lag > time.Second {
@@ -243,7 +243,7 @@ func TestWaitersDoNotPingPong(t *testing.T) {
 	}
 	sort.Slice(lags, func(i, j int) bool { return lags[i] < lags[j] })
 	t.Logf("%d waiters, 3 s: %d script calls on node 2; taken after the release at %v", waiters, calls, lags)
-	if calls > 100 {
+	if calls > 240 {
 		t.Errorf("the waiters wake each other: %d script calls on node 2 in 3 s", calls)
 	}
 	if len(lags) == waiters && lags[waiters-1] > waiters*500*time.Millisecond {
@@ -354,5 +354,80 @@ func TestWaiterHearsExpiryAfterHang(t *testing.T) {
 	t.Logf("the waiter took the lock %v after node 0's lock expired", lag.Round(time.Millisecond))
 	if lag > 2*time.Second {
 		t.Errorf("the waiter took a lock it could have %v after it was free on nodes 0 and 1 (node timeout %v)", lag.Round(time.Millisecond), nt)
+	}
+}
+
+// TestWaiterHearsHeldNodeCleared (review 3 of the mute): another client's
+// lock on nodes 0 and 1, node 2 free; the waiter's attempts take node 2 and
+// mute it. Node 0's lock then goes away without a release notice: deleted
+// by hand, the node flushed, or restarted empty; the waiter could have the
+// lock at once. Muted, it found out only by its fallback poll, 3.5 s later
+// (6.5 s for a lock without expiry and WithBackoff(10ms, 8s)), where its
+// spin had found it in 3-4 ms; a Wait with nodes muted now ends within
+// half a second.
+func TestWaiterHearsHeldNodeCleared(t *testing.T) {
+	for _, how := range []string{"del", "flushall", "restart", "persist-del"} {
+		t.Run(how, func(t *testing.T) {
+			srvs := testserver.RedisN(t, 3)
+			ctx := context.Background()
+			cs := clients(t, srvs, false)
+			k := redisnode.KeysFor(redis.DefaultPrefix, "k")
+			for _, i := range []int{0, 1} {
+				if r, err := redisnode.AcquireOn(ctx, cs[i], k, "crashed", 30*time.Second, ""); err != nil || !r.Acquired {
+					t.Fatalf("node %d: %+v %v", i, r, err)
+				}
+				if how == "persist-del" { // no TTL: no RetryAfter
+					if err := cs[i].Persist(ctx, k.Lock).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			opts := []distlock.Option{distlock.WithTTL(10 * time.Second), redlock.WithNodeTimeout(200 * time.Millisecond)}
+			if how == "persist-del" {
+				opts = append(opts, distlock.WithBackoff(10*time.Millisecond, 8*time.Second))
+			}
+			l := newLocker(t, srvs, opts...)
+			type result struct {
+				ls  *distlock.Lease
+				err error
+				at  time.Time
+			}
+			done := make(chan result, 1)
+			go func() {
+				actx, cancel := context.WithTimeout(ctx, 25*time.Second)
+				defer cancel()
+				ls, err := l.Acquire(actx, "k")
+				done <- result{ls, err, time.Now()}
+			}()
+			time.Sleep(1500 * time.Millisecond)
+			switch how {
+			case "del", "persist-del":
+				if err := cs[0].Del(ctx, k.Lock).Err(); err != nil {
+					t.Fatal(err)
+				}
+			case "flushall":
+				if err := cs[0].FlushAll(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+			case "restart":
+				if err := srvs[0].Stop(); err != nil {
+					t.Fatal(err)
+				}
+				if err := srvs[0].Restart(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			freed := time.Now()
+			r := <-done
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			lag := r.at.Sub(freed)
+			_ = r.ls.Release(ctx)
+			t.Logf("%s: the waiter took the lock %v after node 0 was free", how, lag.Round(time.Millisecond))
+			if lag > 1500*time.Millisecond {
+				t.Errorf("%s: the waiter took a lock it could have %v after node 0 was free", how, lag.Round(time.Millisecond))
+			}
+		})
 	}
 }
