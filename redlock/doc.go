@@ -64,9 +64,10 @@
 // notices of every node (one pub/sub connection per node) and wake on any, once
 // per burst (one release notifies from every node it held), after a random
 // delay of up to 3ms so that the waiters one release woke do not all try at
-// once and split the votes again. After an attempt that heard "held", a
-// waiter ignores the notices of the nodes it took (and gave back) or did
-// not hear from: they are its own give-backs, on which it would try again at
+// once and split the votes again. After an attempt lost to "held" answers
+// alone (the nodes it did not hear from could not have made its quorum), a
+// waiter ignores the notices of the nodes it took (and gave back) or left
+// unread: they are its own give-backs, on which it would try again at
 // once for as long as the key is held, and a release there cannot change
 // the vote. A release on a node that said "held" wakes it; an expiry, or a
 // lock deleted without a release, is found by trying again within half a
