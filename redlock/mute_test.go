@@ -20,6 +20,37 @@ import (
 // on them, and (the first review's failing tests) that it still hears every
 // release and recovery that lets it have the lock.
 
+// acquired is the outcome of a waiting Acquire and when it returned.
+type acquired struct {
+	ls  *distlock.Lease
+	err error
+	at  time.Time
+}
+
+// acquireLater starts a waiting Acquire of key, bounded by d.
+func acquireLater(l distlock.Locker, key string, d time.Duration) <-chan acquired {
+	done := make(chan acquired, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		ls, err := l.Acquire(ctx, key)
+		done <- acquired{ls, err, time.Now()}
+	}()
+	return done
+}
+
+// takenAfter waits for done's lease, releases it, and says how long after
+// from it was taken.
+func takenAfter(t *testing.T, done <-chan acquired, from time.Time) time.Duration {
+	t.Helper()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	_ = r.ls.Release(context.Background())
+	return r.at.Sub(from)
+}
+
 // heldOnSomeNodes takes key with holder while the nodes in down are
 // stopped, then brings them back empty: a lease held on the other nodes
 // only.
@@ -69,30 +100,21 @@ func TestLoneWaiterDoesNotSpinOnOwnGiveBack(t *testing.T) {
 	}
 
 	// A release of the lease still wakes the waiter at once.
-	done := make(chan time.Time, 1)
-	go func() {
-		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		l2, err := waiter.Acquire(actx, "k")
-		if err != nil {
-			t.Error(err)
-			done <- time.Time{}
-			return
-		}
-		done <- time.Now()
-		_ = l2.Release(ctx)
-	}()
+	done := acquireLater(waiter, "k", 10*time.Second)
 	time.Sleep(500 * time.Millisecond)
 	released := time.Now()
 	if err := ls.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := <-done; !got.IsZero() {
-		lag := got.Sub(released)
-		t.Logf("taken %v after the release", lag.Round(time.Millisecond))
-		if lag > time.Second {
-			t.Errorf("the waiter took the released lock %v after the release: it missed the notice", lag)
-		}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	_ = r.ls.Release(ctx)
+	lag := r.at.Sub(released)
+	t.Logf("taken %v after the release", lag.Round(time.Millisecond))
+	if lag > time.Second {
+		t.Errorf("the waiter took the released lock %v after the release: it missed the notice", lag)
 	}
 }
 
@@ -109,29 +131,9 @@ func TestWaiterHearsSuspectRecover(t *testing.T) {
 			ctx := context.Background()
 			const nt = 200 * time.Millisecond
 			l := newLocker(t, srvs, distlock.WithTTL(10*time.Second), redlock.WithNodeTimeout(nt))
-			if down {
-				if err := srvs[0].Stop(); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				if err := srvs[0].Pause(); err != nil {
-					t.Fatal(err)
-				}
-				defer func() { _ = srvs[0].Resume() }()
-			}
+			stopOrHang(t, srvs[0], down)
 			minorityLock(t, srvs, "k", 30*time.Second)
-			type result struct {
-				ls  *distlock.Lease
-				err error
-				at  time.Time
-			}
-			done := make(chan result, 1)
-			go func() {
-				actx, cancel := context.WithTimeout(ctx, 20*time.Second)
-				defer cancel()
-				ls, err := l.Acquire(actx, "k")
-				done <- result{ls, err, time.Now()}
-			}()
+			done := acquireLater(l, "k", 20*time.Second)
 			time.Sleep(1500 * time.Millisecond)
 			if down {
 				if err := srvs[0].Restart(ctx); err != nil {
@@ -141,12 +143,7 @@ func TestWaiterHearsSuspectRecover(t *testing.T) {
 				t.Fatal(err)
 			}
 			back := time.Now()
-			r := <-done
-			if r.err != nil {
-				t.Fatal(r.err)
-			}
-			lag := r.at.Sub(back)
-			_ = r.ls.Release(ctx)
+			lag := takenAfter(t, done, back)
 			t.Logf("node 0 back: the waiter took the lock %v later", lag.Round(time.Millisecond))
 			if lag > 2*time.Second {
 				t.Errorf("the waiter took a lock it could have %v after node 0 came back", lag.Round(time.Millisecond))
@@ -167,20 +164,7 @@ func TestWaiterDoesNotSpinOnFiveNodes(t *testing.T) {
 	waiter := newLocker(t, srvs, distlock.WithTTL(10*time.Second))
 	calls := func() int64 { return scriptCalls(t, admins[0]) + scriptCalls(t, admins[1]) }
 	before := calls()
-	type result struct {
-		err error
-		at  time.Time
-	}
-	done := make(chan result, 1)
-	go func() {
-		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		l2, err := waiter.Acquire(actx, "k")
-		done <- result{err, time.Now()}
-		if err == nil {
-			_ = l2.Release(ctx)
-		}
-	}()
+	done := acquireLater(waiter, "k", 10*time.Second)
 	time.Sleep(2 * time.Second)
 	n := calls() - before
 	released := time.Now()
@@ -188,6 +172,9 @@ func TestWaiterDoesNotSpinOnFiveNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := <-done
+	if r.err == nil {
+		_ = r.ls.Release(ctx)
+	}
 	lag := r.at.Sub(released)
 	t.Logf("2 s of waiting: %d script calls on nodes 3 and 4; taken %v after the release (%v)", n, lag.Round(time.Millisecond), r.err)
 	if n > 80 {
@@ -273,29 +260,13 @@ func TestWaiterHearsFailedNodeRecover(t *testing.T) {
 			t.Fatal(err)
 		}
 		minorityLock(t, srvs, key, 30*time.Second)
-		type result struct {
-			ls  *distlock.Lease
-			err error
-			at  time.Time
-		}
-		done := make(chan result, 1)
-		go func() {
-			actx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			defer cancel()
-			ls, err := l.Acquire(actx, key)
-			done <- result{ls, err, time.Now()}
-		}()
+		done := acquireLater(l, key, 20*time.Second)
 		time.Sleep(1500 * time.Millisecond)
 		if err := full.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
 			t.Fatal(err)
 		}
 		back := time.Now()
-		r := <-done
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		lag := r.at.Sub(back)
-		_ = r.ls.Release(ctx)
+		lag := takenAfter(t, done, back)
 		t.Logf("round %d: node 0 writable again: the waiter took the lock %v later", round, lag.Round(time.Millisecond))
 		worst = max(worst, lag)
 	}
@@ -325,18 +296,7 @@ func TestWaiterHearsExpiryAfterHang(t *testing.T) {
 	}
 	freed := time.Now().Add(ttl0) // then nodes 0 and 1 are free
 	l := newLocker(t, srvs, distlock.WithTTL(10*time.Second), redlock.WithNodeTimeout(nt))
-	type result struct {
-		ls  *distlock.Lease
-		err error
-		at  time.Time
-	}
-	done := make(chan result, 1)
-	go func() {
-		actx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		ls, err := l.Acquire(actx, "k")
-		done <- result{ls, err, time.Now()}
-	}()
+	done := acquireLater(l, "k", 20*time.Second)
 	time.Sleep(time.Second)
 	if err := srvs[0].Pause(); err != nil {
 		t.Fatal(err)
@@ -345,12 +305,7 @@ func TestWaiterHearsExpiryAfterHang(t *testing.T) {
 	if err := srvs[0].Resume(); err != nil {
 		t.Fatal(err)
 	}
-	r := <-done
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	lag := r.at.Sub(freed)
-	_ = r.ls.Release(ctx)
+	lag := takenAfter(t, done, freed)
 	t.Logf("the waiter took the lock %v after node 0's lock expired", lag.Round(time.Millisecond))
 	if lag > 2*time.Second {
 		t.Errorf("the waiter took a lock it could have %v after it was free on nodes 0 and 1 (node timeout %v)", lag.Round(time.Millisecond), nt)
@@ -387,18 +342,7 @@ func TestWaiterHearsHeldNodeCleared(t *testing.T) {
 				opts = append(opts, distlock.WithBackoff(10*time.Millisecond, 8*time.Second))
 			}
 			l := newLocker(t, srvs, opts...)
-			type result struct {
-				ls  *distlock.Lease
-				err error
-				at  time.Time
-			}
-			done := make(chan result, 1)
-			go func() {
-				actx, cancel := context.WithTimeout(ctx, 25*time.Second)
-				defer cancel()
-				ls, err := l.Acquire(actx, "k")
-				done <- result{ls, err, time.Now()}
-			}()
+			done := acquireLater(l, "k", 25*time.Second)
 			time.Sleep(1500 * time.Millisecond)
 			switch how {
 			case "del", "persist-del":
@@ -418,12 +362,7 @@ func TestWaiterHearsHeldNodeCleared(t *testing.T) {
 				}
 			}
 			freed := time.Now()
-			r := <-done
-			if r.err != nil {
-				t.Fatal(r.err)
-			}
-			lag := r.at.Sub(freed)
-			_ = r.ls.Release(ctx)
+			lag := takenAfter(t, done, freed)
 			t.Logf("%s: the waiter took the lock %v after node 0 was free", how, lag.Round(time.Millisecond))
 			if lag > 1500*time.Millisecond {
 				t.Errorf("%s: the waiter took a lock it could have %v after node 0 was free", how, lag.Round(time.Millisecond))

@@ -33,6 +33,21 @@ func minorityLock(t *testing.T, srvs []*testserver.Server, key string, d time.Du
 	}
 }
 
+// stopOrHang stops srv (down) or pauses it (hung) for the rest of the test.
+func stopOrHang(t *testing.T, srv *testserver.Server, down bool) {
+	t.Helper()
+	if down {
+		if err := srv.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Resume() })
+}
+
 // scriptCalls counts the scripts a node ran.
 func scriptCalls(t *testing.T, c goredis.UniversalClient) int64 {
 	s, err := c.Info(context.Background(), "commandstats").Result()
@@ -65,16 +80,7 @@ func TestLoneWaiterDoesNotSpinWithSuspect(t *testing.T) {
 			admin := clients(t, srvs[1:2], false)[0]
 			const nt = 200 * time.Millisecond
 			l := newLocker(t, srvs, distlock.WithTTL(10*time.Second), redlock.WithNodeTimeout(nt))
-			if down {
-				if err := srvs[0].Stop(); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				if err := srvs[0].Pause(); err != nil {
-					t.Fatal(err)
-				}
-				defer func() { _ = srvs[0].Resume() }()
-			}
+			stopOrHang(t, srvs[0], down)
 			minorityLock(t, srvs, "k", 3*time.Second)
 			before := scriptCalls(t, admin)
 			actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
