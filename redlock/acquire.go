@@ -36,12 +36,6 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 		})
 	}
 	defer decide(false) // any early return is a failure
-	// Set before a grant is decided, for the nodes that say yes after it.
-	var (
-		h        *handle
-		valid    time.Time
-		inPhase2 []bool
-	)
 	ch, dones := b.fanOut(ctx, b.all(), nt,
 		func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
 			// No value here: the holder record carries the lease's token,
@@ -52,18 +46,8 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 		},
 		func(r reply) {
 			<-decided
-			switch {
-			case failed.Load():
-				if r.err != nil || r.ok {
-					b.releaseNode(ctx, r.i, k, req.Owner, req.TTL, nt)
-				}
-			case r.err == nil && r.ok && !inPhase2[r.i]:
-				// A yes after the decision: the lock is the lease's there
-				// too, until start + TTL by that node's clock. Unknown to
-				// the handle, its refresh did not count the node as held
-				// without a break, and a healthy lease was reported lost
-				// when another node restarted empty before that (a review).
-				h.learn(r.i, 0, valid)
+			if failed.Load() && (r.err != nil || r.ok) {
+				b.releaseNode(ctx, r.i, k, req.Owner, req.TTL, nt)
 			}
 		})
 	sub := b.waitingFor(req)
@@ -167,12 +151,8 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	// holder record (owner, token, value) that Inspect reads. Every node
 	// that accepts, even after the decision, holds the lock until start +
 	// TTL by its clock.
-	h = &handle{keys: k, value: req.Value, ours: make([]time.Time, n), oursSeq: make([]uint64, n)}
-	valid = start.Add(req.TTL - req.Drift.For(req.TTL))
-	inPhase2 = make([]bool, n)
-	for _, i := range t1.yes {
-		inPhase2[i] = true
-	}
+	h := &handle{keys: k, value: req.Value, ours: make([]time.Time, n), oursSeq: make([]uint64, n)}
+	valid := start.Add(req.TTL - req.Drift.For(req.TTL))
 	// Learned inside the call, before its reply is counted: the grant
 	// must not go out knowing less than the answers that decided it.
 	ch2, _ := b.fanOut(ctx, t1.yes, nt, func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {

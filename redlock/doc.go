@@ -53,7 +53,12 @@
 // repairing script in a second pipeline.) It takes a node back only while a majority of the nodes have held the lock
 // without a break (a node out of reach counts while the lock set there has
 // not expired): otherwise a majority was free at some moment and another
-// client could have held the key, and the lease is reported lost. It
+// client could have held the key, and the lease is reported lost. A node
+// that granted the lock only after the grant was decided does not count as
+// held without a break until a refresh has renewed it: from the client, a
+// lock it set there after the majority was free looks the same. So a lease
+// decided by a bare majority is reported lost if a node of that majority
+// loses the lock before the first refresh, though a late node holds it. It
 // decides at quorum like an acquire; Unlock first waits, up to the node
 // timeout, for the last refresh's slower calls, so that a repairing call
 // does not land after the release. Refresh succeeds only when a quorum
