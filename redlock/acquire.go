@@ -94,14 +94,14 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 		if len(t1.no) > 0 && len(t1.yes)+unheard < b.quorum {
 			// Lost to "held" alone: until one of those nodes changes,
 			// no attempt can win, and a release there still wakes us (an
-			// expiry, the fallback poll). So the nodes we took, and those
-			// left unread (a late yes gives back too), are muted: their
-			// notices are our own give-backs. Not when an unheard node
-			// could have decided: it can become free without a notice (a
-			// node out of memory recovers; a hung one resumes and its
-			// lock expires), and two reviews saw waiters sleep 4-9 s
-			// through that; the split pause below paces those attempts.
-			// See subscription.mute.
+			// expiry or a deletion: the paced retry, see mutedPoll). So
+			// the nodes we took, and those left unread (a late yes gives
+			// back too), are muted: their notices are our own
+			// give-backs. Not when an unheard node could have decided:
+			// it can become free without a notice (a node out of memory
+			// recovers; a hung one resumes and its lock expires), and two
+			// reviews saw waiters sleep 4-9 s through that; the split
+			// pause below paces those attempts. See subscription.mute.
 			mute = slices.Clone(t1.yes)
 			for i := range n {
 				if !t1.answered[i] && !t1.suspect[i] {

@@ -288,8 +288,8 @@ func NewExtendBatch(locks []Extend) *ExtendBatch {
 // and a proxy that routes a key elsewhere for a while leaves a stale copy
 // there that such a call extends and reports held.) Each lock first gets
 // the short extend_fast.lua, which extends a lock and holder record that
-// are both ours (the steady state, at less than half the server time of
-// extend.lua); only the others get extend.lua, in a second round trip.
+// are both ours (the steady state, at about three quarters of extend.lua's
+// server time); only the others get extend.lua, in a second round trip.
 func (b *ExtendBatch) On(ctx context.Context, c goredis.UniversalClient) (res []Extended, errs []error) {
 	res = make([]Extended, len(b.calls))
 	errs = make([]error, len(b.calls))
