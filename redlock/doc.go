@@ -50,9 +50,9 @@
 // (The auto-renewer refreshes the leases that fall due together in one
 // pipeline per node, where each lock first gets a short extend that applies
 // only when the lock and its holder record are ours; the rest get the
-// repairing script in a second pipeline.) It takes a node back only while a majority of the nodes have held the lock
-// without a break (a node out of reach counts while the lock set there has
-// not expired): otherwise a majority was free at some moment and another
+// repairing script in a second pipeline.) It takes a node back only while
+// a majority of the nodes have held the lock without a break (a node out
+// of reach counts while the lock set there has not expired): otherwise a majority was free at some moment and another
 // client could have held the key, and the lease is reported lost. A node
 // that granted the lock only after the grant was decided does not count as
 // held without a break until a refresh has renewed it: from the client, a
