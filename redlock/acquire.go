@@ -36,11 +36,12 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 		})
 	}
 	defer decide(false) // any early return is a failure
-	ch, dones := b.fanOut(ctx, b.all(), nt,
+	// No value here: the holder record carries the lease's token, known
+	// only after this phase; phase 2 writes it.
+	acquire := redisnode.AcquireCall(k, req.Owner, req.TTL, "")
+	ch, dones := b.fanOutTracked(ctx, b.all(), nt,
 		func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
-			// No value here: the holder record carries the lease's token,
-			// known only after this phase; phase 2 writes it.
-			r, err := redisnode.AcquireOn(ctx, c, k, req.Owner, req.TTL, "")
+			r, err := acquire.Acquire(ctx, c)
 			results[i] = r
 			return r.Acquired, err
 		},
@@ -155,13 +156,14 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	valid := start.Add(req.TTL - req.Drift.For(req.TTL))
 	// Learned inside the call, before its reply is counted: the grant
 	// must not go out knowing less than the answers that decided it.
-	ch2, _ := b.fanOut(ctx, t1.yes, nt, func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
-		ok, err := redisnode.RaiseTokenOn(ctx, c, k, req.Owner, token, req.TTL, req.Value)
+	raise := redisnode.RaiseTokenCall(k, req.Owner, token, req.TTL, req.Value)
+	ch2 := b.fanOut(ctx, t1.yes, nt, func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
+		ok, err := raise.RaiseToken(ctx, c)
 		if err == nil && ok {
 			h.learn(i, 0, valid)
 		}
 		return ok, err
-	}, nil)
+	})
 	t2 := gather(ctx, ch2, len(t1.yes), b.quorum, deadline(nt))
 	switch {
 	case t2.ctxErr != nil:

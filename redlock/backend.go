@@ -17,6 +17,7 @@ import (
 type backend struct {
 	driver.NoQueue
 	nodes        []*node
+	every        []int // 0 … len(nodes)-1, read only: all()
 	prefix       string
 	quorum       int
 	nodeTimeout  time.Duration // 0: defaultNodeTimeout(ttl)

@@ -63,7 +63,7 @@ func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) erro
 		errs []error
 	}
 	perNode := make([]answers, n)
-	ch, dones := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
+	ch, dones := b.fanOutTracked(ctx, b.all(), nt, func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
 		res, errs := calls.On(ctx, c)
 		for j, l := range leases { // learned before the reply is counted
 			switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -18,27 +19,57 @@ type reply struct {
 }
 
 // fanOut calls fn on each node of idx in parallel, each call bounded by nt
-// (not by ctx),
-// and returns the channel the replies arrive on (buffered: a straggler never
-// blocks) and one channel per node, closed when its goroutine is done —
-// after then(reply) when then is not nil.
+// (not by ctx), and returns the channel the replies arrive on (buffered: a
+// straggler never blocks).
 func (b *backend) fanOut(ctx context.Context, idx []int, nt time.Duration,
+	fn func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error)) <-chan reply {
+	ch, _ := b.fan(ctx, idx, nt, fn, nil, false)
+	return ch
+}
+
+// fanOutTracked is fanOut that also returns one channel per node, closed
+// when its goroutine is done: after then(reply) when then is not nil.
+func (b *backend) fanOutTracked(ctx context.Context, idx []int, nt time.Duration,
 	fn func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error), then func(reply)) (<-chan reply, map[int]chan struct{}) {
+	return b.fan(ctx, idx, nt, fn, then, true)
+}
+
+func (b *backend) fan(ctx context.Context, idx []int, nt time.Duration,
+	fn func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error), then func(reply), track bool) (<-chan reply, map[int]chan struct{}) {
 	ch := make(chan reply, len(idx))
-	dones := make(map[int]chan struct{}, len(idx))
+	var dones map[int]chan struct{}
+	if track {
+		dones = make(map[int]chan struct{}, len(idx))
+	}
+	// A call once sent runs to its answer or the node timeout even if the
+	// caller stops waiting: its answer still updates what the attempt or
+	// lease knows, and a release follows it. The calls start together, so
+	// one deadline serves them all; the last call to end frees it.
+	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nt)
+	var running atomic.Int32
+	running.Store(int32(len(idx)))
+	ended := func() {
+		if running.Add(-1) <= 0 {
+			cancel()
+		}
+	}
+	if len(idx) == 0 {
+		ended()
+	}
 	for _, i := range idx {
-		done := make(chan struct{})
-		dones[i] = done
+		var done chan struct{}
+		if track {
+			done = make(chan struct{})
+			dones[i] = done
+		}
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			defer close(done)
-			// A call once sent runs to its answer or the node timeout even
-			// if the caller stops waiting: its answer still updates what
-			// the attempt or lease knows, and a release follows it.
-			nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nt)
+			if done != nil {
+				defer close(done)
+			}
 			ok, err := fn(nctx, i, b.nodes[i].client)
-			cancel()
+			ended()
 			b.nodes[i].noteCall(err)
 			r := reply{i: i, ok: ok, err: err}
 			ch <- r
@@ -53,11 +84,18 @@ func (b *backend) fanOut(ctx context.Context, idx []int, nt time.Duration,
 // tally is what gather collected.
 type tally struct {
 	yes, no  []int         // nodes that answered yes / no
-	failed   map[int]error // nodes whose call failed
+	failed   map[int]error // nodes whose call failed (nil for none)
 	answered map[int]bool  // every node that answered (yes, no or failed)
 	silent   int           // nodes not heard from: no answer in time, or not waited for
 	ctxErr   error         // ctx ended before a decision
 	suspect  map[int]bool  // nodes not counted on to answer (gatherHopeful)
+}
+
+// newTally makes room for total answers at once (one allocation, not one
+// per append).
+func newTally(total int, suspects map[int]bool) tally {
+	votes := make([]int, 0, 2*total)
+	return tally{yes: votes[:0:total], no: votes[total:total], answered: make(map[int]bool, total), suspect: suspects}
 }
 
 // hopeful is how many of total nodes have not answered and are counted on
@@ -76,6 +114,9 @@ func (t *tally) add(r reply) {
 	t.answered[r.i] = true
 	switch {
 	case r.err != nil:
+		if t.failed == nil {
+			t.failed = map[int]error{}
+		}
 		t.failed[r.i] = r.err
 	case r.ok:
 		t.yes = append(t.yes, r.i)
@@ -89,7 +130,7 @@ func (t *tally) add(r reply) {
 // anyway when all answered, ctx ended or the deadline passed (a backstop
 // for clients whose calls ignore context deadlines).
 func gather(ctx context.Context, ch <-chan reply, total, need int, deadline time.Time) tally {
-	t := tally{failed: map[int]error{}, answered: map[int]bool{}}
+	t := newTally(total, nil)
 	t.read(ctx, ch, total, need, deadline)
 	return t
 }
@@ -102,7 +143,7 @@ func gather(ctx context.Context, ch <-chan reply, total, need int, deadline time
 // the live nodes again (a livelock). It waits for suspects as usual when
 // the others alone cannot make need.
 func gatherHopeful(ctx context.Context, ch <-chan reply, total, need int, deadline time.Time, suspects map[int]bool) tally {
-	t := tally{failed: map[int]error{}, answered: map[int]bool{}, suspect: suspects}
+	t := newTally(total, suspects)
 	if total-len(suspects) < need {
 		t.suspect = nil
 	}
@@ -158,10 +199,5 @@ func (b *backend) summary(t tally) string {
 	return " (" + strings.Join(parts, "; ") + ")"
 }
 
-func (b *backend) all() []int {
-	idx := make([]int, len(b.nodes))
-	for i := range idx {
-		idx[i] = i
-	}
-	return idx
-}
+// all lists every node's index; the slice is shared: do not change it.
+func (b *backend) all() []int { return b.every }

@@ -33,11 +33,11 @@ func (b *backend) Inspect(ctx context.Context, key string) (driver.Holder, error
 	nt := b.timeout(distlock.DefaultTTL)
 	n := len(b.nodes)
 	views := make([]redisnode.NodeLock, n) // written before the reply is sent
-	ch, _ := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
+	ch := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
 		v, err := redisnode.InspectOn(ctx, c, k)
 		views[i] = v
 		return v.Held, err
-	}, nil)
+	})
 	t := tally{failed: map[int]error{}, answered: map[int]bool{}}
 	timer := time.NewTimer(time.Until(deadline(nt)))
 	defer timer.Stop()

@@ -72,8 +72,9 @@ func newBackend(clients []goredis.UniversalClient, opts []distlock.Option) (*bac
 	b := &backend{
 		prefix: prefix, quorum: n/2 + 1, nodeTimeout: nt, closeClients: closeClients,
 	}
-	for _, c := range clients {
+	for i, c := range clients {
 		b.nodes = append(b.nodes, &node{client: c, notifier: redisnode.NewNotifier(c, prefix)})
+		b.every = append(b.every, i)
 	}
 	return b, nil
 }

@@ -55,9 +55,10 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	}
 	// The tombstone keeps a straggling acquire or refresh of this lease
 	// from setting the lock again after the release.
-	ch, _ := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
-		return redisnode.ReleaseOn(ctx, c, k, g.Owner, tomb, true)
-	}, nil)
+	release := redisnode.ReleaseCall(k, g.Owner, tomb, true)
+	ch := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
+		return release.Release(ctx, c)
+	})
 	// Waits for every node (up to the node timeout), not just a quorum: a
 	// TryAcquire right after Release must not find this lease's lock still
 	// on a slower node.

@@ -16,15 +16,21 @@ const suspectFor = 5 * time.Second
 // suspect (it may hang), an answer clears that. Other failures (a refused
 // connection) say nothing of a hang: they come back at once.
 func (nd *node) noteCall(err error) {
-	var ne net.Error
 	switch {
 	case err == nil:
 		if nd.timedOut.Load() != 0 {
 			nd.timedOut.Store(0)
 		}
-	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+	case timedOut(err):
 		nd.timedOut.Store(time.Now().UnixNano())
 	}
+}
+
+// timedOut reports whether err is a timeout. A function of its own: the
+// net.Error it fills escapes, and an answered call should not pay for it.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // suspect reports whether the node's last call timed out, recently.

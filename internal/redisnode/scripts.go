@@ -45,7 +45,7 @@ var (
 	refreshScript = goredis.NewScript(refreshSrc)
 	release       = newWordScript(releaseSrc)
 	dequeue       = newWordScript(dequeueSrc)
-	raiseScript   = goredis.NewScript(raiseSrc)
+	raise         = newWordScript(raiseSrc)
 	extendSource  = mutation.Pick("redlock-no-repair", extendNoRepairSrc, extendSrc) // mutation: redlock-no-repair
 	extendScript  = goredis.NewScript(extendSource)
 	inspectScript = goredis.NewScript(inspectSrc)
@@ -97,7 +97,7 @@ func (s wordScript) words(w []any, noScript bool) []any {
 // (first use, a restart, SCRIPT FLUSH), once more with new words as EVAL.
 func (s wordScript) run(ctx context.Context, c Doer, build func() []any) *goredis.Cmd {
 	cmd := c.Do(ctx, s.words(build(), false)...)
-	if goredis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	if err := cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") { // HasErrorPrefix allocates
 		cmd = c.Do(ctx, s.words(build(), true)...)
 	}
 	return cmd
@@ -128,12 +128,37 @@ type AcquireResult struct {
 // "" the record is not touched.
 func AcquireOn(ctx context.Context, c Doer, k Keys, owner string, ttl time.Duration, value string) (AcquireResult, error) {
 	gone, ms := k.GoneFor(owner), millis(ttl)
-	return acquireResult(acquire.run(ctx, c, func() []any {
-		if value == "" {
-			return []any{nil, nil, 3, k.Lock, k.Counter, gone, owner, ms}
-		}
-		return []any{nil, nil, 4, k.Lock, k.Counter, gone, k.Holder, owner, ms, value}
-	}))
+	return acquireResult(acquire.run(ctx, c, func() []any { return acquireWords(k, gone, owner, ms, value) }))
+}
+
+func acquireWords(k Keys, gone, owner string, ms int64, value string) []any {
+	if value == "" {
+		return []any{nil, nil, 3, k.Lock, k.Counter, gone, owner, ms}
+	}
+	return []any{nil, nil, 4, k.Lock, k.Counter, gone, k.Holder, owner, ms, value}
+}
+
+// A Call is one script call's words, built (and each argument boxed) once
+// and sent to many nodes, as Redlock's rounds are: each send gets a copy of
+// the slice, since a command's words are its own (see wordScript).
+type Call struct {
+	script wordScript
+	words  []any
+	err    error // a bad argument, returned by every send
+}
+
+func (c Call) send(ctx context.Context, d Doer) *goredis.Cmd {
+	return c.script.run(ctx, d, func() []any { return slices.Clone(c.words) })
+}
+
+// AcquireCall is AcquireOn's call, to send with Acquire.
+func AcquireCall(k Keys, owner string, ttl time.Duration, value string) Call {
+	return Call{script: acquire, words: acquireWords(k, k.GoneFor(owner), owner, millis(ttl), value)}
+}
+
+// Acquire sends an AcquireCall to one node: AcquireOn.
+func (c Call) Acquire(ctx context.Context, d Doer) (AcquireResult, error) {
+	return acquireResult(c.send(ctx, d))
 }
 
 // AcquireFairOn is AcquireOn for one attempt of a waiting Acquire in a
@@ -394,40 +419,76 @@ func ReleaseFairOn(ctx context.Context, c Doer, k Keys, owner string, tombstone 
 }
 
 func releaseOn(ctx context.Context, c Doer, k Keys, owner string, tombstone time.Duration, withRecord bool, window time.Duration) (bool, error) {
-	tomb, gone := "0", k.Lock // without a tombstone the script leaves KEYS[2] alone: no name to build
+	tomb, gone := releaseTomb(k, owner, tombstone)
+	return releaseResult(release.run(ctx, c, func() []any {
+		return releaseWords(k, owner, tomb, gone, withRecord, window)
+	}))
+}
+
+// releaseTomb is the tombstone's PX in milliseconds and its key.
+func releaseTomb(k Keys, owner string, tombstone time.Duration) (ms, key string) {
 	if tombstone > 0 {
-		tomb, gone = strconv.FormatInt(millis(tombstone), 10), k.GoneFor(owner)
+		return strconv.FormatInt(millis(tombstone), 10), k.GoneFor(owner)
 	}
-	n, err := release.run(ctx, c, func() []any {
-		switch {
-		case window > 0:
-			waiters, deadlines := k.Queue()
-			record := "0"
-			if withRecord {
-				record = "1"
-			}
-			return []any{nil, nil, 5, k.Lock, gone, k.Holder, waiters, deadlines, owner, k.Channel, tomb, millis(window), record}
-		case withRecord:
-			return []any{nil, nil, 3, k.Lock, gone, k.Holder, owner, k.Channel, tomb}
+	return "0", k.Lock // without a tombstone the script leaves KEYS[2] alone: no name to build
+}
+
+func releaseWords(k Keys, owner, tomb, gone string, withRecord bool, window time.Duration) []any {
+	switch {
+	case window > 0:
+		waiters, deadlines := k.Queue()
+		record := "0"
+		if withRecord {
+			record = "1"
 		}
-		return []any{nil, nil, 2, k.Lock, gone, owner, k.Channel, tomb}
-	}).Int64()
+		return []any{nil, nil, 5, k.Lock, gone, k.Holder, waiters, deadlines, owner, k.Channel, tomb, millis(window), record}
+	case withRecord:
+		return []any{nil, nil, 3, k.Lock, gone, k.Holder, owner, k.Channel, tomb}
+	}
+	return []any{nil, nil, 2, k.Lock, gone, owner, k.Channel, tomb}
+}
+
+func releaseResult(cmd *goredis.Cmd) (bool, error) {
+	n, err := cmd.Int64()
 	if err != nil {
 		return false, fmt.Errorf("release script: %w", err)
 	}
 	return n == 1, nil
 }
 
+// ReleaseCall is ReleaseOn's call, to send with Release.
+func ReleaseCall(k Keys, owner string, tombstone time.Duration, withRecord bool) Call {
+	tomb, gone := releaseTomb(k, owner, tombstone)
+	return Call{script: release, words: releaseWords(k, owner, tomb, gone, withRecord, 0)}
+}
+
+// Release sends a ReleaseCall to one node: ReleaseOn.
+func (c Call) Release(ctx context.Context, d Doer) (bool, error) {
+	return releaseResult(c.send(ctx, d))
+}
+
 // RaiseTokenOn runs Redlock's phase-2 script: if k.Lock still holds owner,
 // raise k.Counter to at least token (never lowering it), write the holder
 // record k.Holder (owner, token, value) for ttl, the lock's TTL, and report
 // true; otherwise change nothing and report false.
-func RaiseTokenOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, token distlock.Token, ttl time.Duration, value string) (bool, error) {
+func RaiseTokenOn(ctx context.Context, c Doer, k Keys, owner string, token distlock.Token, ttl time.Duration, value string) (bool, error) {
+	return RaiseTokenCall(k, owner, token, ttl, value).RaiseToken(ctx, c)
+}
+
+// RaiseTokenCall is RaiseTokenOn's call, to send with RaiseToken.
+func RaiseTokenCall(k Keys, owner string, token distlock.Token, ttl time.Duration, value string) Call {
 	if token < 0 {
-		return false, errors.New("raise script: negative token")
+		return Call{err: errors.New("raise script: negative token")}
 	}
-	n, err := raiseScript.Run(ctx, c, []string{k.Lock, k.Counter, k.Holder}, owner, strconv.FormatInt(int64(token), 10),
-		millis(ttl), value).Int64()
+	return Call{script: raise, words: []any{nil, nil, 3, k.Lock, k.Counter, k.Holder, owner, strconv.FormatInt(int64(token), 10), millis(ttl), value}}
+}
+
+// RaiseToken sends a RaiseTokenCall to one node: RaiseTokenOn.
+func (c Call) RaiseToken(ctx context.Context, d Doer) (bool, error) {
+	if c.err != nil {
+		return false, c.err
+	}
+	n, err := c.send(ctx, d).Int64()
 	if err != nil {
 		return false, fmt.Errorf("raise script: %w", err)
 	}
