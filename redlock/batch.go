@@ -88,10 +88,18 @@ func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) erro
 		l.h.mu.Unlock()
 	}
 	all := gather(ctx, ch, n, b.quorum, deadline(nt))
-	// What lease j knows from the nodes that answered so far.
+	// What lease j knows from the nodes that answered so far. One tally and
+	// one results slice serve every lease in turn (10,000 leases made 15
+	// allocations each per renewal): each view is read, and let go, before
+	// the next is made.
+	results := make([]redisnode.Extended, n)
+	t := newTally(n, nil)
 	view := func(j int) ([]redisnode.Extended, tally) {
-		t := tally{failed: map[int]error{}, answered: map[int]bool{}, silent: all.silent}
-		results := make([]redisnode.Extended, n)
+		clear(results)
+		t.yes, t.no = t.yes[:0], t.no[:0]
+		clear(t.failed)
+		clear(t.answered)
+		t.silent = all.silent
 		for i := range all.answered {
 			a := perNode[i]
 			results[i] = a.res[j]

@@ -286,24 +286,20 @@ func ExtendManyOn(ctx context.Context, c goredis.UniversalClient, locks []Extend
 // sends the same calls to every node without building them per node. On
 // may run on several nodes at once.
 type ExtendBatch struct {
-	calls batch // nil for a lock refused before sending (negative token)
-	fast  batch // the same locks' calls of extend_fast.lua
+	locks []Extend
+	fast  batch // the locks' calls of extend_fast.lua; nil for a lock refused before sending (negative token)
 }
 
 // NewExtendBatch builds the script calls that extend locks.
 func NewExtendBatch(locks []Extend) *ExtendBatch {
-	calls := make(batch, len(locks))
 	fast := make(batch, len(locks))
 	for i, l := range locks {
 		if l.Token < 0 {
 			continue // as ExtendOn: On reports it
 		}
-		ttl := millis(l.TTL)
-		calls[i] = []any{nil, nil, 5, l.Keys.Lock, l.Keys.Counter, l.Keys.GoneFor(l.Owner), l.Keys.Retake,
-			l.Keys.Holder, l.Owner, ttl, strconv.FormatInt(int64(l.Token), 10), l.Nonce, l.Value}
-		fast[i] = []any{nil, nil, 3, l.Keys.Lock, l.Keys.Holder, l.Keys.Retake, l.Owner, ttl, l.Nonce}
+		fast[i] = []any{nil, nil, 3, l.Keys.Lock, l.Keys.Holder, l.Keys.Retake, l.Owner, millis(l.TTL), l.Nonce}
 	}
-	return &ExtendBatch{calls: calls, fast: fast}
+	return &ExtendBatch{locks: locks, fast: fast}
 }
 
 // On runs the batch on one node, as ExtendManyOn does: one script call
@@ -314,12 +310,13 @@ func NewExtendBatch(locks []Extend) *ExtendBatch {
 // there that such a call extends and reports held.) Each lock first gets
 // the short extend_fast.lua, which extends a lock and holder record that
 // are both ours (the steady state, at about three quarters of extend.lua's
-// server time); only the others get extend.lua, in a second round trip.
+// server time); only the others get extend.lua, in a second round trip,
+// with words built for that node then (in the steady state, never).
 func (b *ExtendBatch) On(ctx context.Context, c goredis.UniversalClient) (res []Extended, errs []error) {
-	res = make([]Extended, len(b.calls))
-	errs = make([]error, len(b.calls))
-	todo := make([]int, 0, len(b.calls))
-	for i, call := range b.calls {
+	res = make([]Extended, len(b.fast))
+	errs = make([]error, len(b.fast))
+	todo := make([]int, 0, len(b.fast))
+	for i, call := range b.fast {
 		if call == nil {
 			errs[i] = errors.New("extend script: negative token")
 		} else {
@@ -338,8 +335,16 @@ func (b *ExtendBatch) On(ctx context.Context, c goredis.UniversalClient) (res []
 		}
 		return nil
 	})
-	todo = rest
-	b.calls.send(ctx, c, extendWords, "extend", todo, errs, func(i int, n int64) error {
+	if len(rest) == 0 {
+		return res, errs
+	}
+	repair := make(batch, len(b.locks))
+	for _, i := range rest {
+		l := b.locks[i]
+		repair[i] = []any{nil, nil, 5, l.Keys.Lock, l.Keys.Counter, l.Keys.GoneFor(l.Owner), l.Keys.Retake,
+			l.Keys.Holder, l.Owner, millis(l.TTL), strconv.FormatInt(int64(l.Token), 10), l.Nonce, l.Value}
+	}
+	repair.send(ctx, c, extendWords, "extend", rest, errs, func(i int, n int64) error {
 		if n < 0 || n > 2 {
 			return fmt.Errorf("extend script: unexpected reply %d", n)
 		}
