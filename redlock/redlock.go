@@ -3,6 +3,7 @@ package redlock
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,6 +77,7 @@ func newBackend(clients []goredis.UniversalClient, opts []distlock.Option) (*bac
 		b.nodes = append(b.nodes, &node{client: c, notifier: redisnode.NewNotifier(c, prefix)})
 		b.every = append(b.every, i)
 	}
+	b.every = slices.Clip(b.every) // shared: an append copies
 	return b, nil
 }
 
