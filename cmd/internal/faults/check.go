@@ -46,6 +46,7 @@ type interval struct {
 	worker     int
 	token      int64
 	start, end int64
+	ended      string // what ended the belief: the loss notice, a release, the last word of a killed worker
 }
 
 // Check is the verdict on one scenario's history.
@@ -62,6 +63,12 @@ type Check struct {
 	Uncertain     int // writes whose outcome is unknown (an error other than the fence)
 	AcquireErrs   int // failed Acquire calls (10 s bound each), e.g. while a server is down
 	Overlaps      int // pairs of leases on the key whose belief intervals intersect
+	// OverlapDetail describes the first overlapping pair ("" for none):
+	// how long the earlier belief outlived the later grant, what ended it,
+	// and how long its worker's process stalled meanwhile (a loaded host
+	// makes a loss notice late; a stall past a backend's margin is beyond
+	// any notice).
+	OverlapDetail string
 	Final         int64
 	LostUpdates   int64 // acknowledged increments missing from the final counter
 	StaleAccepts  int   // accepted writes whose token is below one committed before they began, or equal to one another holder committed
@@ -78,26 +85,26 @@ func check(evs [][]Event, final int64, lastT int64) Check {
 	var writes []Event
 	for _, wevs := range evs {
 		open := -1 // index in ivs of the worker's open interval
-		closeAt := func(t int64) {
+		closeAt := func(t int64, why string) {
 			if open >= 0 {
-				ivs[open].end = t
+				ivs[open].end, ivs[open].ended = t, why
 				open = -1
 			}
 		}
 		for _, e := range wevs {
 			switch e.Ev {
 			case "acquire":
-				closeAt(e.T0) // cannot happen: one lease at a time
+				closeAt(e.T0, "the next acquire") // cannot happen: one lease at a time
 				c.Acquires++
 				ivs = append(ivs, interval{worker: e.Worker, token: e.Token, start: e.T, end: math.MaxInt64})
 				open = len(ivs) - 1
 			case "lost":
 				if open >= 0 && ivs[open].token == e.Token {
-					closeAt(e.T)
+					closeAt(e.T, "its loss notice")
 				}
 			case "release":
 				if open >= 0 && ivs[open].token == e.Token {
-					closeAt(e.T0)
+					closeAt(e.T0, "its release")
 				}
 			case "error":
 				c.AcquireErrs++
@@ -118,10 +125,13 @@ func check(evs [][]Event, final int64, lastT int64) Check {
 			}
 		}
 		if open >= 0 && len(wevs) > 0 {
-			closeAt(wevs[len(wevs)-1].T) // killed while holding: believed until its last word
+			closeAt(wevs[len(wevs)-1].T, "the worker's last word") // killed while holding: believed until then
 		}
 	}
 	c.Overlaps = overlaps(ivs)
+	if c.Overlaps > 0 {
+		c.OverlapDetail = describeOverlap(ivs, stallsOf(evs))
+	}
 	c.Final = final
 	if lost := int64(c.Accepted) - final; lost > 0 {
 		c.LostUpdates = lost
@@ -149,6 +159,26 @@ func overlaps(ivs []interval) int {
 		active = append(active, iv.end)
 	}
 	return n
+}
+
+// describeOverlap names the first pair of intersecting intervals (by the
+// later one's start): the belief that outlived another's grant, by how
+// much, what ended it, and the stalls of its worker's process during it.
+func describeOverlap(ivs []interval, stalls map[int][]span) string {
+	ivs = slices.Clone(ivs)
+	slices.SortFunc(ivs, func(a, b interval) int { return cmpInt(a.start, b.start) })
+	for j, b := range ivs {
+		for _, a := range ivs[:j] {
+			if a.end <= b.start {
+				continue
+			}
+			stalled := time.Duration(overlap(union(stalls[a.worker], 0), a.start, a.end))
+			return fmt.Sprintf("worker %d (token %d) believed it held for %v after worker %d (token %d) was granted, until %s; worker %d's process stalled %v in all while it believed",
+				a.worker, a.token, time.Duration(a.end-b.start).Round(time.Millisecond), b.worker, b.token, a.ended,
+				a.worker, stalled.Round(time.Millisecond))
+		}
+	}
+	return ""
 }
 
 // staleAccepts counts accepted writes whose token is lower than that of an

@@ -1,6 +1,10 @@
 package faults
 
-import "testing"
+import (
+	"strings"
+	"testing"
+	"time"
+)
 
 // The checkers must be able to fail: each synthetic history below breaks one
 // rule, and the matching counter must see it.
@@ -142,5 +146,23 @@ func TestSupersededRefusals(t *testing.T) {
 	evs[0] = []Event{acq(0, 5, 10), refused(0, 5, 15), rel(0, 5, 16)}
 	if n, _ := supersededRefusals(evs, 5); n != 1 {
 		t.Fatalf("excused %d refusals; want 1 (only token 7's)", n)
+	}
+}
+
+func TestCheckNamesTheOverlap(t *testing.T) {
+	// Worker 0's loss notice comes 30 ms after worker 1's grant, and its
+	// process stalled 25 ms meanwhile: the detail says both.
+	ms := int64(time.Millisecond)
+	evs := [][]Event{
+		{acq(0, 1, 10*ms), {Worker: 0, Ev: "stall", T0: 20 * ms, T: 45 * ms}, lostAt(0, 1, 60*ms), rel(0, 1, 61*ms)},
+		{acq(1, 2, 30*ms), rel(1, 2, 80*ms)},
+	}
+	c := check(evs, 0, 100*ms)
+	want := "worker 0 (token 1) believed it held for 30ms after worker 1 (token 2) was granted, until its loss notice; worker 0's process stalled 25ms"
+	if c.Overlaps != 1 || !strings.Contains(c.OverlapDetail, want) {
+		t.Errorf("overlaps %d, detail %q; want one, naming %q", c.Overlaps, c.OverlapDetail, want)
+	}
+	if c := check(evs[1:], 0, 100*ms); c.OverlapDetail != "" {
+		t.Errorf("no overlap, but a detail: %q", c.OverlapDetail)
 	}
 }

@@ -168,7 +168,7 @@ func judge(t *testing.T, sc Scenario, tg *Target, row Row) {
 	}
 	if sc.Fault.Tolerated(g, tg) {
 		if !sc.Guarded && row.Overlaps != 0 {
-			t.Errorf("%s declares it tolerates %s, but %d overlapping leases were seen", tg.Backend, sc.Fault.Name, row.Overlaps)
+			t.Errorf("%s declares it tolerates %s, but %d overlapping leases were seen: %s", tg.Backend, sc.Fault.Name, row.Overlaps, row.OverlapDetail)
 		}
 		if row.Usable < 0 {
 			t.Errorf("%s declares it tolerates %s, but no lease was granted after it", tg.Backend, sc.Fault.Name)
