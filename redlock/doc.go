@@ -50,33 +50,33 @@
 // (The auto-renewer refreshes the leases that fall due together in one
 // pipeline per node, where each lock first gets a short extend that applies
 // only when the lock and its holder record are ours; the rest get the
-// repairing script in a second pipeline.) It takes a node back only while
-// a majority of the nodes have held the lock without a break (a node out
-// of reach counts while the lock set there has not expired): otherwise a majority was free at some moment and another
-// client could have held the key, and the lease is reported lost. A node
-// that granted the lock only after the grant was decided does not count as
-// held without a break until a refresh has renewed it: from the client, a
-// lock it set there after the majority was free looks the same. So a lease
-// decided by a bare majority is reported lost if a node of that majority
-// loses the lock before the first refresh, though a late node holds it. It
-// decides at quorum like an acquire; Unlock first waits, up to the node
-// timeout, for the last refresh's slower calls, so that a repairing call
-// does not land after the release. Refresh succeeds only when a quorum
-// confirmed it within the validity; Unlock goes to every node (each release
-// publishes the node's release notice) and waits for all of them, up to the
-// node timeout, so that a TryAcquire right after a Release does not find the
-// old lock on a slower node. Waiters subscribe to the release
-// notices of every node (one pub/sub connection per node) and wake on any, once
-// per burst (one release notifies from every node it held), after a random
-// delay of up to 3ms so that the waiters one release woke do not all try at
-// once and split the votes again. After an attempt lost to "held" answers
-// alone (the nodes it did not hear from could not have made its quorum), a
-// waiter ignores the notices of the nodes it took (and gave back) or left
-// unread: they are its own give-backs, on which it would try again at
-// once for as long as the key is held, and a release there cannot change
-// the vote. A release on a node that said "held" wakes it; an expiry, or a
-// lock deleted without a release, is found by trying again within half a
-// second.
+// repairing script in a second pipeline.) It takes a node back only while a
+// majority of the nodes have held the lock without a break (a node out of
+// reach counts while the lock set there has not expired): otherwise a
+// majority was free at some moment and another client could have held the
+// key, and the lease is reported lost. A node that granted the lock only
+// after the grant was decided does not count as held without a break until a
+// refresh has renewed it: from the client, a lock it set there after the
+// majority was free looks the same. So a lease decided by a bare majority is
+// reported lost if a node of that majority loses the lock before the first
+// refresh, though a late node holds it. It decides at quorum like an
+// acquire; Unlock first waits, up to the node timeout, for the last
+// refresh's slower calls, so that a repairing call does not land after the
+// release. Refresh succeeds only when a quorum confirmed it within the
+// validity; Unlock goes to every node (each release publishes the node's
+// release notice) and waits for all of them, up to the node timeout, so that
+// a TryAcquire right after a Release does not find the old lock on a slower
+// node. Waiters subscribe to the release notices of every node (one pub/sub
+// connection per node) and wake on any, once per burst (one release notifies
+// from every node it held), after a random delay of up to 3ms so that the
+// waiters one release woke do not all try at once and split the votes again.
+// After an attempt lost to "held" answers alone (the nodes it did not hear
+// from could not have made its quorum), a waiter ignores the notices of the
+// nodes it took (and gave back) or left unread: they are its own give-backs,
+// on which it would try again at once for as long as the key is held, and a
+// release there cannot change the vote. A release on a node that said "held"
+// wakes it; an expiry, or a lock deleted without a release, is found by
+// trying again within half a second.
 //
 // # Why the tokens increase
 //
