@@ -13,11 +13,43 @@ import (
 // client-to-server chunk (only those containing Match, if set) is delivered
 // Delay later, in order, as a segment held up by retransmission is: the
 // kernel still sends what a client wrote before it closed the socket.
+// HoldNext delays only the next few matching chunks: a client that resends
+// after its read timeout, on a new connection, gets through at once while
+// the first copy is still on its way (a request that lands late, and twice).
 type DelayProxy struct {
 	Slow  atomic.Bool
 	Delay time.Duration
 	Match []byte
 	ln    net.Listener
+
+	hold      atomic.Int32 // chunks still to delay (HoldNext)
+	holdMatch atomic.Pointer[[]byte]
+}
+
+// HoldNext delays the next n chunks that contain match by Delay, whether
+// Slow is set or not.
+func (p *DelayProxy) HoldNext(n int32, match []byte) {
+	p.holdMatch.Store(&match)
+	p.hold.Store(n)
+}
+
+// held reports whether chunk b is to be delayed.
+func (p *DelayProxy) held(b []byte) bool {
+	if p.Slow.Load() && (p.Match == nil || bytes.Contains(b, p.Match)) {
+		return true
+	}
+	if m := p.holdMatch.Load(); m == nil || !bytes.Contains(b, *m) {
+		return false
+	}
+	for {
+		n := p.hold.Load()
+		if n <= 0 {
+			return false
+		}
+		if p.hold.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
 }
 
 // NewDelayProxy listens on a free loopback port and forwards to addr until
@@ -72,7 +104,7 @@ func (p *DelayProxy) up(c, s net.Conn) {
 		n, err := c.Read(buf)
 		if n > 0 {
 			at := time.Now()
-			if p.Slow.Load() && (p.Match == nil || bytes.Contains(buf[:n], p.Match)) {
+			if p.held(buf[:n]) {
 				at = at.Add(p.Delay)
 			}
 			q <- chunk{at, append([]byte(nil), buf[:n]...)}
