@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -50,6 +51,18 @@ type Keys = redisnode.Keys
 type handle struct {
 	keys      Keys
 	withValue bool // taken with a value: refreshes extend the holder record too
+	// refreshes numbers the lease's refreshes in the order they are sent
+	// (the portable layer sends one at a time), so that a late copy of an
+	// older one changes nothing on the server.
+	refreshes atomic.Uint64
+}
+
+// nextRefresh is the sequence number of g's next refresh.
+func nextRefresh(g driver.Grant) uint64 {
+	if h, ok := g.Handle.(*handle); ok {
+		return h.refreshes.Add(1)
+	}
+	return 1
 }
 
 // withValue reports whether g's lock was taken with a value (so it has a
@@ -104,7 +117,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 				// Not durable enough: give the lock back rather than hand
 				// out a token that a failover could repeat.
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-				_, _ = redisnode.ReleaseOn(rctx, c, k, req.Owner, 0, req.Value != "")
+				_, _ = redisnode.ReleaseOn(rctx, c, k, req.Owner, tombstone(req.TTL), req.Value != "")
 				cancel()
 				return err
 			}
@@ -147,16 +160,17 @@ func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration
 		ok  bool
 		err error
 	)
+	seq := nextRefresh(g)
 	if b.wait.n > 0 {
 		err = b.onConn(ctx, k, func(c *goredis.Conn) error {
 			var err error
-			if ok, err = redisnode.RefreshOn(ctx, c, k, g.Owner, ttl, withValue(g)); err != nil || !ok {
+			if ok, err = redisnode.RefreshOn(ctx, c, k, g.Owner, ttl, withValue(g), seq); err != nil || !ok {
 				return err
 			}
 			return b.waitReplicas(ctx, c)
 		})
 	} else {
-		ok, err = redisnode.RefreshOn(ctx, b.client, k, g.Owner, ttl, withValue(g))
+		ok, err = redisnode.RefreshOn(ctx, b.client, k, g.Owner, ttl, withValue(g), seq)
 	}
 	switch {
 	case err != nil:
@@ -182,7 +196,7 @@ func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) erro
 	locks := make([]redisnode.Refresh, len(batch))
 	for i, r := range batch {
 		locks[i] = redisnode.Refresh{Keys: redisnode.KeysFor(b.prefix, r.Grant.Key), Owner: r.Grant.Owner, TTL: r.TTL,
-			WithValue: withValue(r.Grant)}
+			WithValue: withValue(r.Grant), Seq: nextRefresh(r.Grant)}
 	}
 	ok, errs := redisnode.RefreshManyOn(ctx, b.client, locks)
 	for i := range batch {
@@ -198,14 +212,15 @@ func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) erro
 	return nil
 }
 
+// tombstone is how long a release remembers its owner: a copy of the
+// lease's acquire (or of an attempt given back) may still be on its way,
+// and a resent release must find what the first copy did.
+func tombstone(ttl time.Duration) time.Duration { return ttl + redisnode.GiveBackMargin }
+
 func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
-	// An attempt given back because its reply was lost (no Handle) may
-	// still be on its way: leave a tombstone so it cannot land afterwards.
-	// Its value is not known here, so its holder record goes too.
-	var tomb time.Duration
-	if g.Handle == nil {
-		tomb = g.TTL + redisnode.GiveBackMargin
-	}
+	// An attempt given back because its reply was lost (no Handle) has no
+	// known value, so its holder record goes too.
+	tomb := tombstone(g.TTL)
 	var k Keys
 	if h, ok := g.Handle.(*handle); ok {
 		k = h.keys

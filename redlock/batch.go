@@ -53,7 +53,7 @@ func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) erro
 	for j, l := range leases {
 		r := batch[l.k]
 		extends[j] = redisnode.Extend{Keys: l.h.keys, Owner: r.Grant.Owner, TTL: r.TTL, Token: r.Grant.Token, Nonce: l.nonce,
-			Value: l.h.value}
+			Value: l.h.value, Seq: l.seq}
 	}
 	calls := redisnode.NewExtendBatch(extends) // built once, sent to every node
 

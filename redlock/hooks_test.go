@@ -36,7 +36,7 @@ func TestRedlockBatchHook(t *testing.T) {
 	}
 	for _, c := range clients(t, srvs, false) { // scripts cached: no EVAL fallback anywhere
 		redisnode.AcquireOn(ctx, c, redisnode.KeysFor("w:", "w"), "w", time.Second, "")
-		redisnode.ExtendOn(ctx, c, redisnode.KeysFor("w:", "w"), "w", time.Second, 1, "w", "")
+		redisnode.ExtendOn(ctx, c, redisnode.KeysFor("w:", "w"), "w", time.Second, 1, "w", "", 0)
 		redisnode.RaiseTokenOn(ctx, c, redisnode.KeysFor("w:", "w"), "w", 1, time.Second, "")
 	}
 	l1 := mk()

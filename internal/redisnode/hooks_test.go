@@ -85,7 +85,7 @@ func TestSharedBatchHook(t *testing.T) {
 			t.Fatal(r, err)
 		}
 		// warm the extend script so no node meets NOSCRIPT
-		redisnode.ExtendOn(ctx, cs[i], redisnode.KeysFor("w:", "w"), "w", time.Second, 1, "w", "")
+		redisnode.ExtendOn(ctx, cs[i], redisnode.KeysFor("w:", "w"), "w", time.Second, 1, "w", "", 0)
 	}
 	batch := redisnode.NewExtendBatch([]redisnode.Extend{{Keys: k, Owner: "me", TTL: time.Minute, Token: 1, Nonce: "n1"}})
 	res := make([][]redisnode.Extended, len(cs))

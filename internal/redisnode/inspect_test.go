@@ -53,13 +53,13 @@ func TestHolderRecordSingle(t *testing.T) {
 		t.Fatalf("InspectOn after a resent acquire = %+v, %v; want counter and record at token %d", nl, err, r.Token)
 	}
 	// A refresh with the record extends both; one without leaves the record.
-	if ok, err := redisnode.RefreshOn(ctx, c, k, "a", time.Minute, true); err != nil || !ok {
+	if ok, err := redisnode.RefreshOn(ctx, c, k, "a", time.Minute, true, 0); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
 	if d := recordTTL(t, c, k); d < 30*time.Second {
 		t.Fatalf("record PTTL %v after a refresh to 1m with the record", d)
 	}
-	if ok, err := redisnode.RefreshOn(ctx, c, k, "a", 2*time.Minute, false); err != nil || !ok {
+	if ok, err := redisnode.RefreshOn(ctx, c, k, "a", 2*time.Minute, false, 0); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
 	if d := recordTTL(t, c, k); d > time.Minute {
@@ -124,7 +124,7 @@ func TestHolderRecordRedlock(t *testing.T) {
 		}
 	}
 	check("after phase 2", time.Second)
-	if got, err := redisnode.ExtendOn(ctx, c, k, "a", time.Minute, lease, "n1", "v"); err != nil || got != redisnode.ExtendRenewed {
+	if got, err := redisnode.ExtendOn(ctx, c, k, "a", time.Minute, lease, "n1", "v", 0); err != nil || got != redisnode.ExtendRenewed {
 		t.Fatal(got, err)
 	}
 	check("after a refresh", time.Minute)
@@ -133,14 +133,14 @@ func TestHolderRecordRedlock(t *testing.T) {
 	if err := c.Del(ctx, k.Holder).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := redisnode.ExtendOn(ctx, c, k, "a", time.Minute, lease, "n2", "v"); err != nil || got != redisnode.ExtendRenewed {
+	if got, err := redisnode.ExtendOn(ctx, c, k, "a", time.Minute, lease, "n2", "v", 0); err != nil || got != redisnode.ExtendRenewed {
 		t.Fatal(got, err)
 	}
 	check("after a refresh of a node without the record", time.Minute)
 	if err := c.HSet(ctx, k.Holder, "owner", "old", "token", "1", "value", "old").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := redisnode.ExtendOn(ctx, c, k, "a", time.Minute, lease, "n3", "v"); err != nil || got != redisnode.ExtendRenewed {
+	if got, err := redisnode.ExtendOn(ctx, c, k, "a", time.Minute, lease, "n3", "v", 0); err != nil || got != redisnode.ExtendRenewed {
 		t.Fatal(got, err)
 	}
 	check("after a refresh of a node with an earlier holder's record", time.Minute)
@@ -157,7 +157,7 @@ func TestHolderRecordRedlock(t *testing.T) {
 	if ok, err := redisnode.ReleaseOn(ctx, c, k, "other", 0, true); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
-	if got, err := redisnode.ExtendOn(ctx, c, k, "a", time.Minute, lease, "n4", "v"); err != nil || got != redisnode.ExtendRetaken {
+	if got, err := redisnode.ExtendOn(ctx, c, k, "a", time.Minute, lease, "n4", "v", 0); err != nil || got != redisnode.ExtendRetaken {
 		t.Fatal(got, err)
 	}
 	check("after the lock was taken back", time.Minute)

@@ -15,6 +15,7 @@ type Keys struct {
 	Channel string // pub/sub channel of release notices (not a key)
 	Gone    string // prefix of the tombstones of recent releases, one per owner (see GoneFor)
 	Retake  string // Redlock: the nonce of the refresh that last took the lock back
+	Seq     string // the holding lease's last refresh, "<seq>:<owner>", expiring with the lock
 	// Holder is the holder record: a hash of the lock's owner, its token
 	// and its value (WithValue), expiring with the lock. Readers trust it
 	// only while its owner field equals the lock's value.
@@ -39,6 +40,7 @@ func (k Keys) GoneFor(owner string) string { return k.Gone + ":" + owner }
 //	<prefix>{<key>}:gone:<o>   tombstone of owner o's release (short-lived)
 //	<prefix>{<key>}:retake     Redlock's retake marker (short-lived)
 //	<prefix>{<key>}:holder     holder record: owner, token, value (expires with the lock)
+//	<prefix>{<key>}:seq        the holder's last refresh (expires with the lock)
 //	<prefix>{<key>}:waiters    fair queue: waiters by arrival (WithFairQueue; expires with the last)
 //	<prefix>{<key>}:waiter-deadlines  fair queue: each waiter's deadline
 //
@@ -52,8 +54,8 @@ func KeysFor(prefix, key string) Keys {
 	tag := escapeTag(key)
 	n := len(prefix) + len(tag) + 2
 	var b strings.Builder
-	b.Grow(5*n + len(keySuffixes))
-	for _, suffix := range []string{":token", ":released", ":gone", ":retake", ":holder"} {
+	b.Grow(6*n + len(keySuffixes))
+	for _, suffix := range []string{":token", ":released", ":gone", ":retake", ":holder", ":seq"} {
 		b.WriteString(prefix)
 		b.WriteByte('{')
 		b.WriteString(tag)
@@ -65,17 +67,19 @@ func KeysFor(prefix, key string) Keys {
 	channelEnd := counterEnd + n + len(":released")
 	goneEnd := channelEnd + n + len(":gone")
 	retakeEnd := goneEnd + n + len(":retake")
+	holderEnd := retakeEnd + n + len(":holder")
 	return Keys{
 		Lock:    s[:n],
 		Counter: s[:counterEnd],
 		Channel: s[counterEnd:channelEnd],
 		Gone:    s[channelEnd:goneEnd],
 		Retake:  s[goneEnd:retakeEnd],
-		Holder:  s[retakeEnd:],
+		Holder:  s[retakeEnd:holderEnd],
+		Seq:     s[holderEnd:],
 	}
 }
 
-const keySuffixes = ":token:released:gone:retake:holder"
+const keySuffixes = ":token:released:gone:retake:holder:seq"
 
 func escapeTag(key string) string {
 	if !strings.ContainsAny(key, "%}") {

@@ -10,7 +10,7 @@ func TestKeysForLayout(t *testing.T) {
 		{"x:", "ключ", "x:{ключ}"},
 	} {
 		want := Keys{Lock: tc.base, Counter: tc.base + ":token", Channel: tc.base + ":released",
-			Gone: tc.base + ":gone", Retake: tc.base + ":retake", Holder: tc.base + ":holder"}
+			Gone: tc.base + ":gone", Retake: tc.base + ":retake", Holder: tc.base + ":holder", Seq: tc.base + ":seq"}
 		if got := KeysFor(tc.prefix, tc.key); got != want {
 			t.Errorf("KeysFor(%q, %q) = %+v, want %+v", tc.prefix, tc.key, got, want)
 		}

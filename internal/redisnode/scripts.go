@@ -212,14 +212,24 @@ func acquireResult(cmd *goredis.Cmd) (AcquireResult, error) {
 
 // RefreshOn runs the refresh script: PEXPIRE k.Lock ttl if it still holds
 // owner, and k.Holder with it when withValue (the lock was taken with a
-// value, so AcquireOn wrote the record). It reports whether the lock was
+// value, so AcquireOn wrote the record). seq numbers the lease's refreshes
+// (from 1, in the order they are sent): a refresh that lands after a
+// higher-numbered one ran changes nothing. It reports whether the lock was
 // ours.
-func RefreshOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration, withValue bool) (bool, error) {
-	n, err := refreshScript.Run(ctx, c, refreshKeys(k, withValue), owner, millis(ttl)).Int64()
+func RefreshOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration, withValue bool, seq uint64) (bool, error) {
+	n, err := refreshScript.Run(ctx, c, refreshKeys(k, withValue), owner, millis(ttl), seqArg(seq)).Int64()
 	if err != nil {
 		return false, fmt.Errorf("refresh script: %w", err)
 	}
 	return n == 1, nil
+}
+
+// seqArg is a refresh's sequence number as a script argument.
+func seqArg(seq uint64) string {
+	if mutation.On("refresh-unordered") { // mutation: refresh-unordered
+		seq = 0 // every copy of every refresh applies, in the order it lands
+	}
+	return strconv.FormatUint(seq, 10)
 }
 
 // Refresh is one lock of RefreshManyOn: the arguments of RefreshOn.
@@ -227,16 +237,17 @@ type Refresh struct {
 	Keys      Keys
 	Owner     string
 	TTL       time.Duration
-	WithValue bool // the lock was taken with a value: extend its holder record too
+	WithValue bool   // the lock was taken with a value: extend its holder record too
+	Seq       uint64 // the lease's refresh number (see RefreshOn)
 }
 
-// refreshKeys are the refresh script's keys: the lock, and the holder
-// record only when there is one to extend.
+// refreshKeys are the refresh script's keys: the lock, the lease's refresh
+// sequence, and the holder record only when there is one to extend.
 func refreshKeys(k Keys, withValue bool) []string {
 	if withValue {
-		return []string{k.Lock, k.Holder}
+		return []string{k.Lock, k.Seq, k.Holder}
 	}
-	return []string{k.Lock}
+	return []string{k.Lock, k.Seq}
 }
 
 // RefreshManyOn runs the refresh script for every lock, all in one
@@ -251,9 +262,9 @@ func RefreshManyOn(ctx context.Context, c goredis.UniversalClient, locks []Refre
 	calls := make(batch, len(locks))
 	for i, l := range locks {
 		if l.WithValue {
-			calls[i] = []any{nil, nil, 2, l.Keys.Lock, l.Keys.Holder, l.Owner, millis(l.TTL)}
+			calls[i] = []any{nil, nil, 3, l.Keys.Lock, l.Keys.Seq, l.Keys.Holder, l.Owner, millis(l.TTL), seqArg(l.Seq)}
 		} else {
-			calls[i] = []any{nil, nil, 1, l.Keys.Lock, l.Owner, millis(l.TTL)}
+			calls[i] = []any{nil, nil, 2, l.Keys.Lock, l.Keys.Seq, l.Owner, millis(l.TTL), seqArg(l.Seq)}
 		}
 	}
 	ok = make([]bool, len(locks))
@@ -273,6 +284,7 @@ type Extend struct {
 	Token distlock.Token
 	Nonce string
 	Value string
+	Seq   uint64 // the lease's refresh number (see RefreshOn)
 }
 
 // ExtendManyOn runs Redlock's repairing refresh (ExtendOn) for every lock,
@@ -297,7 +309,7 @@ func NewExtendBatch(locks []Extend) *ExtendBatch {
 		if l.Token < 0 {
 			continue // as ExtendOn: On reports it
 		}
-		fast[i] = []any{nil, nil, 3, l.Keys.Lock, l.Keys.Holder, l.Keys.Retake, l.Owner, millis(l.TTL), l.Nonce}
+		fast[i] = []any{nil, nil, 4, l.Keys.Lock, l.Keys.Holder, l.Keys.Retake, l.Keys.Seq, l.Owner, millis(l.TTL), l.Nonce, seqArg(l.Seq)}
 	}
 	return &ExtendBatch{locks: locks, fast: fast}
 }
@@ -341,8 +353,8 @@ func (b *ExtendBatch) On(ctx context.Context, c goredis.UniversalClient) (res []
 	repair := make(batch, len(b.locks))
 	for _, i := range rest {
 		l := b.locks[i]
-		repair[i] = []any{nil, nil, 5, l.Keys.Lock, l.Keys.Counter, l.Keys.GoneFor(l.Owner), l.Keys.Retake,
-			l.Keys.Holder, l.Owner, millis(l.TTL), strconv.FormatInt(int64(l.Token), 10), l.Nonce, l.Value}
+		repair[i] = []any{nil, nil, 6, l.Keys.Lock, l.Keys.Counter, l.Keys.GoneFor(l.Owner), l.Keys.Retake,
+			l.Keys.Holder, l.Keys.Seq, l.Owner, millis(l.TTL), strconv.FormatInt(int64(l.Token), 10), l.Nonce, l.Value, seqArg(l.Seq)}
 	}
 	repair.send(ctx, c, extendWords, "extend", rest, errs, func(i int, n int64) error {
 		if n < 0 || n > 2 {
@@ -410,8 +422,9 @@ const GiveBackMargin = driver.DefaultReleaseTimeout
 // have one), and PUBLISH an empty notice on k.Channel. It reports whether
 // the lock was ours.
 // A positive tombstone makes the node refuse, for that long, a late acquire
-// or Redlock retake by owner (a request still on its way): pass the TTL the
-// lock was taken with when such a request may exist, zero otherwise.
+// or Redlock retake by owner (a request still on its way), and makes a
+// copy of this release that comes again (go-redis resent it after a lost
+// reply) report what the first copy did; zero leaves no tombstone.
 func ReleaseOn(ctx context.Context, c Doer, k Keys, owner string, tombstone time.Duration, withRecord bool) (bool, error) {
 	return releaseOn(ctx, c, k, owner, tombstone, withRecord, 0)
 }
@@ -446,11 +459,11 @@ func releaseWords(k Keys, owner, tomb, gone string, withRecord bool, window time
 		if withRecord {
 			record = "1"
 		}
-		return []any{nil, nil, 5, k.Lock, gone, k.Holder, waiters, deadlines, owner, k.Channel, tomb, millis(window), record}
+		return []any{nil, nil, 6, k.Lock, gone, k.Seq, k.Holder, waiters, deadlines, owner, k.Channel, tomb, millis(window), record}
 	case withRecord:
-		return []any{nil, nil, 3, k.Lock, gone, k.Holder, owner, k.Channel, tomb}
+		return []any{nil, nil, 4, k.Lock, gone, k.Seq, k.Holder, owner, k.Channel, tomb}
 	}
-	return []any{nil, nil, 2, k.Lock, gone, owner, k.Channel, tomb}
+	return []any{nil, nil, 3, k.Lock, gone, k.Seq, owner, k.Channel, tomb}
 }
 
 func releaseResult(cmd *goredis.Cmd) (bool, error) {
@@ -516,13 +529,13 @@ const (
 // holder record k.Holder (owner, token, value) lasts as long as the lock:
 // extended with it, or written where it is missing or another owner's.
 // nonce, unique to the refresh, lets a resent call still report
-// ExtendRetaken.
-func ExtendOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration, token distlock.Token, nonce, value string) (Extended, error) {
+// ExtendRetaken; seq numbers the lease's refreshes, as for RefreshOn.
+func ExtendOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration, token distlock.Token, nonce, value string, seq uint64) (Extended, error) {
 	if token < 0 {
 		return 0, errors.New("extend script: negative token")
 	}
 	n, err := extendScript.Run(ctx, c, extendKeys(k, owner), owner, millis(ttl),
-		strconv.FormatInt(int64(token), 10), nonce, value).Int64()
+		strconv.FormatInt(int64(token), 10), nonce, value, seqArg(seq)).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("extend script: %w", err)
 	}
@@ -534,7 +547,7 @@ func ExtendOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl
 
 // extendKeys are the extend script's keys.
 func extendKeys(k Keys, owner string) []string {
-	return []string{k.Lock, k.Counter, k.GoneFor(owner), k.Retake, k.Holder}
+	return []string{k.Lock, k.Counter, k.GoneFor(owner), k.Retake, k.Holder, k.Seq}
 }
 
 // millis converts a TTL to whole milliseconds, rounding up so that a

@@ -56,7 +56,7 @@ func TestRaiseToken(t *testing.T) {
 			t.Fatalf("after RaiseTokenOn(%s, %d) the counter is %s, want %s", tc.owner, tc.token, v, tc.want)
 		}
 	}
-	if ok, err := redisnode.RefreshOn(ctx, c, k, "you", time.Minute, false); err != nil || ok {
+	if ok, err := redisnode.RefreshOn(ctx, c, k, "you", time.Minute, false, 0); err != nil || ok {
 		t.Fatalf("RefreshOn by another owner = %v, %v", ok, err)
 	}
 	if ok, err := redisnode.ReleaseOn(ctx, c, k, "me", 0, false); err != nil || !ok {
@@ -414,7 +414,7 @@ func TestExtendFastMatchesRepairing(t *testing.T) {
 		}
 		res, errs := redisnode.ExtendManyOn(ctx, c, batch)
 		for i, p := range pairs {
-			r, err := redisnode.ExtendOn(ctx, c, p.b.Keys, p.b.Owner, p.b.TTL, p.b.Token, p.b.Nonce, p.b.Value)
+			r, err := redisnode.ExtendOn(ctx, c, p.b.Keys, p.b.Owner, p.b.TTL, p.b.Token, p.b.Nonce, p.b.Value, 0)
 			sa, sb := state(p.a.Keys), state(p.b.Keys)
 			if res[i] != r || (errs[i] == nil) != (err == nil) || sa != sb {
 				t.Errorf("%s, %s:\n  batched: %v, %v, %s\n  extend.lua: %v, %v, %s", what, p.name, res[i], errs[i], sa, r, err, sb)

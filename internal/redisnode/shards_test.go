@@ -59,7 +59,7 @@ func TestExtendManyOnRingWrongShard(t *testing.T) {
 	if r, err := redisnode.AcquireOn(ctx, ring, b, "other", time.Minute, ""); err != nil || !r.Acquired {
 		t.Fatal(r, err)
 	}
-	single, err := redisnode.ExtendOn(ctx, ring, b, "me", time.Minute, 1, "nb", "")
+	single, err := redisnode.ExtendOn(ctx, ring, b, "me", time.Minute, 1, "nb", "", 0)
 	if err != nil || single != redisnode.ExtendHeldByOther {
 		t.Fatalf("ExtendOn(b) = %v, %v; want held by other", single, err)
 	}

@@ -2,10 +2,14 @@
 -- missing (the node restarted without it, or it expired there), so a held
 -- lease keeps a majority while a minority of nodes fails and returns.
 -- KEYS[1] lock key, KEYS[2] token counter, KEYS[3] the owner's tombstone key,
--- KEYS[4] retake marker, KEYS[5] holder record
+-- KEYS[4] retake marker, KEYS[5] holder record, KEYS[6] the lease's refresh
+-- sequence (see refresh.lua)
 -- ARGV[1] owner value, ARGV[2] TTL in milliseconds, ARGV[3] the lease's
 -- token (decimal), ARGV[4] a nonce unique to this refresh, ARGV[5] the
--- holder's value ('' for none)
+-- holder's value ('' for none), ARGV[6] this refresh's sequence number
+-- A copy of an older refresh that lands after a newer one ran here (go-redis
+-- resent it, or it was held up) changes nothing: it neither shortens nor
+-- lengthens the lock, nor takes it back.
 -- The holder record (owner, token, value) lives and ends with the lock: it
 -- is extended with it, written where it is missing or an earlier holder's
 -- (a node that answered phase 1 late, or whose phase 2 was lost), and
@@ -13,7 +17,13 @@
 -- Returns 1 when it was ours and is extended, 2 when it was missing and is
 -- ours again (the counter then at least the token, so a later holder
 -- through this node gets a larger one), 0 when someone else holds it or
--- this owner has released it.
+-- this owner has released it (or a newer refresh ran, the lock gone since).
+local last = redis.call('GET', KEYS[6])
+local superseded = false
+if last then
+  local n, owner = string.match(last, '^(%d+):(.*)$')
+  superseded = owner == ARGV[1] and tonumber(n) > tonumber(ARGV[6])
+end
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   -- A resent retake (the client lost the first reply) must still say
@@ -21,6 +31,10 @@ if cur == ARGV[1] then
   if redis.call('GET', KEYS[4]) == ARGV[4] then
     return 2
   end
+  if superseded then
+    return 1
+  end
+  redis.call('SET', KEYS[6], ARGV[6] .. ':' .. ARGV[1], 'PX', ARGV[2])
   local n = redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if redis.call('HGET', KEYS[5], 'owner') ~= ARGV[1] then
     redis.call('HSET', KEYS[5], 'owner', ARGV[1], 'token', ARGV[3], 'value', ARGV[5])
@@ -28,7 +42,7 @@ if cur == ARGV[1] then
   redis.call('PEXPIRE', KEYS[5], ARGV[2])
   return n
 end
-if cur or redis.call('EXISTS', KEYS[3]) == 1 then
+if cur or superseded or redis.call('EXISTS', KEYS[3]) == 1 then
   return 0
 end
 -- MUTATION redlock-no-repair (cmd/internal/faults TestMutations; never loaded

@@ -2,8 +2,10 @@
 -- the holder, only while the lock still holds our owner value.
 -- KEYS[1] lock key, KEYS[2] token counter, KEYS[3] holder record
 -- ARGV[1] owner, ARGV[2] token (decimal), ARGV[3] TTL in milliseconds (the
--- lock's, so that the record lasts at least as long as the lock set before
--- it), ARGV[4] the holder's value ('' for none)
+-- lock's, for a lock without an expiry), ARGV[4] the holder's value ('' for
+-- none)
+-- The record expires with the lock: a copy of this call that lands late,
+-- after a refresh lengthened the lock, must not cut the record short.
 -- The record carries the lease's token: this node's counter may differ
 -- from it (a straggler's own, a counter seeded from the clock), the record
 -- does not, so a reader takes the token from it.
@@ -19,5 +21,9 @@ if #cur < #want or (#cur == #want and cur < want) then
   redis.call('SET', KEYS[2], want)
 end
 redis.call('HSET', KEYS[3], 'owner', ARGV[1], 'token', want, 'value', ARGV[4])
-redis.call('PEXPIRE', KEYS[3], ARGV[3])
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl <= 0 then
+  pttl = ARGV[3]
+end
+redis.call('PEXPIRE', KEYS[3], pttl)
 return 1

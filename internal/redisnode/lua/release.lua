@@ -1,44 +1,56 @@
 -- Release a lock, only if it is still ours, and wake the waiters.
 -- KEYS[1] lock key, KEYS[2] the owner's tombstone key (unused, and any
--- key of the lock's slot, without a tombstone), KEYS[3] (optional)
--- holder record, passed when the lock may have one
+-- key of the lock's slot, without a tombstone), KEYS[3] the lease's
+-- refresh sequence (see refresh.lua), KEYS[4] (optional) holder record,
+-- passed when the lock may have one
 -- ARGV[1] owner value, ARGV[2] release-notice channel, ARGV[3] tombstone
 -- TTL in milliseconds, or '0' for none
 -- With a tombstone, the owner is remembered as released (even where the
 -- lock is not there yet) for that long, in a key of its own (so another
 -- owner's release cannot overwrite it), so that a request of this owner
--- still on its way (a straggling acquire or refresh) cannot set the lock
--- again after the release.
+-- still on its way (a late acquire or refresh copy) cannot set the lock
+-- again after the release. The tombstone also keeps this release's outcome
+-- ('1' freed the lock, '0' found it gone or someone else's): a copy of the
+-- release that comes again (resent after a lost reply, or late) reports
+-- what the first one did, and changes nothing.
 -- The holder record goes with the lock: it is ours, or a stale one of an
 -- earlier holder (records are written only while their owner holds the
 -- lock), so nobody else's.
 -- Fair waits (see acquire.lua), with ARGV[4] only: ARGV[4] the hand-off
--- window in ms, ARGV[5] '1' when the lock may have a holder record (KEYS[3]
--- is always given), KEYS[4] and KEYS[5] the waiters and their deadlines.
+-- window in ms, ARGV[5] '1' when the lock may have a holder record (KEYS[4]
+-- is always given), KEYS[5] and KEYS[6] the waiters and their deadlines.
 -- The first waiter has a window from the release to come and take the
 -- lock: the notice names it, and wakes only it (the others come back every
 -- window); past that, its place lapses.
 -- Returns 1 when released, 0 when the key is gone or someone else's.
-if ARGV[3] ~= '0' and redis.call('PTTL', KEYS[2]) < tonumber(ARGV[3]) then
+local tomb = tonumber(ARGV[3])
+local before = tomb > 0 and redis.call('GET', KEYS[2])
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  if before then
+    return tonumber(before)
+  end
+  if tomb > 0 then
+    redis.call('SET', KEYS[2], '0', 'PX', tomb)
+  end
+  return 0
+end
+redis.call('DEL', KEYS[1], KEYS[3])
+if KEYS[4] and ARGV[5] ~= '0' then
+  redis.call('DEL', KEYS[4])
+end
+if tomb > 0 then
   -- Never shortened: a give-back's longer tombstone may have come first.
-  redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
+  redis.call('SET', KEYS[2], '1', 'PX', math.max(tomb, redis.call('PTTL', KEYS[2])))
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  if KEYS[3] and ARGV[5] ~= '0' then
-    redis.call('DEL', KEYS[3])
+local to = ''
+if ARGV[4] then
+  local head = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
+  if head then
+    local t = redis.call('TIME')
+    local nowms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call('ZADD', KEYS[6], 'XX', 'LT', nowms + tonumber(ARGV[4]), head)
+    to = head
   end
-  local to = ''
-  if ARGV[4] then
-    local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
-    if head then
-      local t = redis.call('TIME')
-      local nowms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-      redis.call('ZADD', KEYS[5], 'XX', 'LT', nowms + tonumber(ARGV[4]), head)
-      to = head
-    end
-  end
-  redis.call('PUBLISH', ARGV[2], to)
-  return 1
 end
-return 0
+redis.call('PUBLISH', ARGV[2], to)
+return 1

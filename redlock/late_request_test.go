@@ -1,0 +1,160 @@
+package redlock_test
+
+// Requests that land late, or twice (see redis's late_request_test.go), on
+// the nodes of a Redlock set.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/redisnode"
+	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/internal/testutil"
+	"github.com/distlock/distlock/redis"
+	"github.com/distlock/distlock/redlock"
+)
+
+// A short refresh whose copies to two of three nodes are held up (it fails:
+// one node of three), then a longer refresh that succeeds everywhere: the
+// late short copies must not cut the two nodes back to the short TTL, which
+// would free a majority under a lease that counts on the long one.
+func TestLateShortRefreshDoesNotFreeMajority(t *testing.T) {
+	srvs := testserver.RedisN(t, 3)
+	const delay = 1500 * time.Millisecond
+	var cs []goredis.UniversalClient
+	var pxs []*testutil.DelayProxy
+	for i, s := range srvs {
+		addr := s.Addr()
+		if i < 2 {
+			px := testutil.NewDelayProxy(t, addr, delay)
+			pxs = append(pxs, px)
+			addr = px.Addr()
+		}
+		cs = append(cs, goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, DialTimeout: time.Second}))
+	}
+	a, err := redlock.New(cs, redlock.WithCloseClients(true), redlock.WithNodeTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b := newLocker(t, srvs)
+	const key = "late-refresh"
+	ctx := t.Context()
+	la, err := a.TryAcquire(ctx, key, distlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Refresh(ctx); err != nil { // the extend script is loaded
+		t.Fatal(err)
+	}
+	for _, px := range pxs {
+		px.HoldNext(1, []byte("\r\n1000\r\n"))
+	}
+	err = la.Refresh(ctx, distlock.WithTTL(time.Second))
+	t.Logf("short refresh, held up on two nodes: %v", err)
+	if err := la.Refresh(ctx, distlock.WithTTL(20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(delay + 1200*time.Millisecond) // the late copies landed, and their 1 s passed
+	lb, err := b.TryAcquire(ctx, key, distlock.WithTTL(10*time.Second))
+	if err == nil {
+		defer lb.Release(context.WithoutCancel(ctx))
+		t.Fatalf("two holders: A (token %d, Err %v, %v left) and B (token %d)",
+			la.Token(), la.Err(), time.Until(la.Expires()).Round(time.Millisecond), lb.Token())
+	}
+	if !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatal(err)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// replyLoser is a net.Conn whose next script call's reply, once armed, is
+// read off the socket (the node ran the script) and thrown away with the
+// connection: go-redis sees io.EOF and resends, below any hook.
+type replyLoser struct {
+	net.Conn
+	armed  *atomic.Bool
+	poison atomic.Bool
+}
+
+func (c *replyLoser) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("evalsha")) && c.armed.CompareAndSwap(true, false) {
+		c.poison.Store(true)
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *replyLoser) Read(p []byte) (int, error) {
+	if c.poison.Load() {
+		_, _ = c.Conn.Read(p)
+		_ = c.Conn.Close()
+		return 0, io.EOF
+	}
+	return c.Conn.Read(p)
+}
+
+// A lease held on exactly two of three nodes, released: one of the two
+// loses the release's reply, and go-redis's resend finds the lock gone. The
+// release freed a majority, so it succeeds and the lease ends released.
+func TestResentReleaseCountsOnBareMajority(t *testing.T) {
+	srvs := testserver.RedisN(t, 3)
+	var armed atomic.Bool
+	var d net.Dialer
+	var cs []goredis.UniversalClient
+	for i, s := range srvs {
+		o := &goredis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true, DialTimeout: time.Second}
+		if i == 0 {
+			o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				conn, err := d.DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				return &replyLoser{Conn: conn, armed: &armed}, nil
+			}
+		}
+		cs = append(cs, goredis.NewClient(o))
+	}
+	a, err := redlock.New(cs, redlock.WithCloseClients(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	const key = "resent-release"
+	ctx := t.Context()
+	warm, err := a.TryAcquire(ctx, key+"-warm") // the scripts are loaded
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	la, err := a.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := clients(t, srvs[2:], false)[0]
+	if err := admin.Del(ctx, redisnode.KeysFor(redis.DefaultPrefix, key).Lock).Err(); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true) // node 0 loses the release's reply; go-redis resends it
+	if err := la.Release(ctx); err != nil {
+		t.Fatalf("a release that freed the lease's majority reported: %v", err)
+	}
+	if err := la.Err(); !errors.Is(err, distlock.ErrReleased) {
+		t.Fatalf("lease ended with %v, want ErrReleased", err)
+	}
+	if armed.Load() {
+		t.Fatal("node 0's release reply was not dropped: the test did not run its schedule")
+	}
+}
