@@ -21,7 +21,11 @@
 // the name is the lease's random 128-bit id: when a create's reply is lost
 // with the connection, the znode is found again by that id and deleted (as
 // Curator's "protected" mode does), so no orphan blocks the queue until the
-// session ends.
+// session ends. Close gives back the znodes of creates still in flight: with
+// Dial it ends the session, after them on the connection; with New, whose
+// session outlives the Locker, it waits for their replies and deletes the
+// znodes, within the release timeout (distlock.WithReleaseTimeout). A create
+// the server answers only later stays until the session ends.
 //
 // The fencing token is the lock znode's czxid: the ZooKeeper transaction id
 // of its creation, 64-bit and ensemble-wide, so it strictly increases across

@@ -134,7 +134,8 @@ func (b *backend) enqueue(ctx context.Context, conn *zk.Conn, dir, owner, value 
 // create makes our EPHEMERAL|SEQUENTIAL znode and lists the directory, both
 // in one goroutine (go-zookeeper calls take no ctx; one hand-off per
 // acquire, not one per call). If ctx ends first the znode may exist: the
-// goroutine hands it to the janitor, which finds it by our owner id.
+// goroutine hands it to the janitor, which finds it by our owner id; Close
+// waits for that hand-off (janitor.settle).
 func (b *backend) create(ctx context.Context, conn *zk.Conn, dir, owner, prefix string, data []byte) (string, *firstLook, error) {
 	if err := ctx.Err(); err != nil {
 		return "", nil, err
@@ -154,7 +155,9 @@ func (b *backend) create(ctx context.Context, conn *zk.Conn, dir, owner, prefix 
 		defer mu.Unlock()
 		return gaveUp
 	}
+	b.janitor.createStarted()
 	go func() {
+		defer b.janitor.createEnded() // after the hand-off below
 		p, err := conn.Create(prefix, data, zk.FlagEphemeral|zk.FlagSequence, b.acl)
 		var look *firstLook
 		if err == nil && !abandoned() {

@@ -325,12 +325,52 @@ type janitor struct {
 	mu   sync.Mutex
 	todo map[orphan]struct{}
 	wake chan struct{}
+	// creating counts the creates awaiting their reply: one whose caller
+	// gave up on it adds its znode to todo when the reply comes, so Close
+	// waits for them (settle) before its last pass.
+	creating int
+	settled  chan struct{} // a create ended (buffered: one signal is enough)
 }
 
 func (j *janitor) init(b *backend) {
 	j.b = b
 	j.todo = make(map[orphan]struct{})
 	j.wake = make(chan struct{}, 1)
+	j.settled = make(chan struct{}, 1)
+}
+
+// createStarted and createEnded bracket a create's goroutine.
+func (j *janitor) createStarted() {
+	j.mu.Lock()
+	j.creating++
+	j.mu.Unlock()
+}
+
+func (j *janitor) createEnded() {
+	j.mu.Lock()
+	j.creating--
+	j.mu.Unlock()
+	select {
+	case j.settled <- struct{}{}:
+	default:
+	}
+}
+
+// settle waits until no create is in flight, or ctx ends.
+func (j *janitor) settle(ctx context.Context) {
+	for {
+		j.mu.Lock()
+		n := j.creating
+		j.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-j.settled:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 func (j *janitor) add(o orphan) {

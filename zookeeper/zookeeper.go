@@ -21,7 +21,13 @@ import (
 // without it, and for what New cannot see of the connection that Dial does.
 func New(conn *zk.Conn, opts ...distlock.Option) (distlock.Locker, error) {
 	lockerOpts, backendOpts := driver.SplitOptions(opts)
-	b, err := NewBackend(conn, backendOpts...)
+	// Close gives back the creates still in flight within the Locker's
+	// release timeout; distlock.New reports a bad one.
+	release := driver.DefaultReleaseTimeout
+	if s, err := driver.ResolveLocker(driver.Defaults(), "zookeeper", lockerOpts); err == nil {
+		release = s.ReleaseTimeout
+	}
+	b, err := newOnConn(conn, backendOpts, release)
 	if err != nil {
 		return nil, err
 	}
@@ -30,8 +36,18 @@ func New(conn *zk.Conn, opts ...distlock.Option) (distlock.Locker, error) {
 
 // NewBackend is New's raw Backend, for wrapping (tests, middleware). It
 // takes zookeeper's own options and WithLogger; the portable ones go to
-// distlock.New.
+// distlock.New. Its Close gives back the creates still in flight within
+// driver.DefaultReleaseTimeout.
 func NewBackend(conn *zk.Conn, opts ...distlock.Option) (driver.Backend, error) {
+	b, err := newOnConn(conn, opts, driver.DefaultReleaseTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// newOnConn builds a backend on the caller's conn; release bounds Close.
+func newOnConn(conn *zk.Conn, opts []distlock.Option, release time.Duration) (*backend, error) {
 	if conn == nil {
 		return nil, fmt.Errorf("%w: zookeeper: nil *zk.Conn", distlock.ErrInvalidOption)
 	}
@@ -60,6 +76,7 @@ func NewBackend(conn *zk.Conn, opts ...distlock.Option) (driver.Backend, error) 
 		}
 	}
 	b := newBackend(o, timeout, false, size)
+	b.release = release
 	b.setConn(conn)
 	if ch, ok := driver.BackendValue[<-chan zk.Event](o, eventsKey{}); ok {
 		b.wg.Add(1)
@@ -77,6 +94,9 @@ type backend struct {
 	base    string
 	acl     []zk.ACL
 	timeout time.Duration // session timeout asked (Dial) or declared (New); 0 when unknown
+	// release bounds Close's wait for the creates in flight and its last
+	// clean-up (New): the Locker's release timeout.
+	release time.Duration
 	grace   time.Duration // the disconnect grace, if graceSet
 	// graceSet: WithDisconnectGrace was given; else the grace derives from
 	// the granted session timeout (Dial) or is zero (New).
@@ -195,8 +215,12 @@ func (b *backend) Guarantees() distlock.Guarantees {
 }
 
 // Close stops the janitor and, if Dial made the connection, closes the
-// session (which deletes every znode the Locker still has). With New, the
-// janitor makes one last bounded pass and the caller's connection stays open.
+// session (which deletes every znode the Locker still has, those of the
+// creates in flight too: the closeSession follows them on the connection).
+// With New the caller's session stays open, so Close waits for the creates
+// in flight, whose callers gave up on them when Close ended their contexts,
+// to hand their znodes to the janitor, and makes one last pass: both within
+// the release timeout.
 func (b *backend) Close() error {
 	first := false
 	b.quitOnce.Do(func() { close(b.quit); first = true })
@@ -207,8 +231,9 @@ func (b *backend) Close() error {
 	b.sess.stop()
 	if b.owned {
 		b.conn.Load().Close()
-	} else if b.janitor.pending() > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), b.cleanupTimeout())
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), b.release)
+		b.janitor.settle(ctx)
 		b.janitor.pass(ctx)
 		cancel()
 	}
