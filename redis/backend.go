@@ -85,8 +85,10 @@ var guarantees = distlock.Guarantees{
 	TokenSource:       "per-key counter that never expires, advanced to max(counter+1, server TIME in µs) in the same Lua script as SET NX PX",
 	Wait:              distlock.WaitNotify,
 	FailuresTolerated: 0,
+	ClockDependent:    true,
 	RestartLosesLocks: true,
 	Notes: []string{
+		"the server expires a lock by its wall clock, the lease's deadline runs on the client's: a server clock stepped forward, or a client host suspended past the TTL, can free a held lock early",
 		"a failover to a lagging replica, or a restart without appendfsync always, can lose held locks; WithWaitReplicas runs WAIT after each acquire and refresh to narrow the failover window",
 		"tokens still increase across restarts and failovers while server clocks differ by less than the restart or failover takes (a lost or lagging counter restarts from the server's clock in µs)",
 		"maxmemory-policy allkeys-* can evict the token counter; the backend warns, or refuses with WithEvictionCheck(EvictionRefuse)",

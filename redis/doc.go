@@ -15,6 +15,13 @@
 // acquire attempt. Scripts are called with EVALSHA and fall back to EVAL on
 // NOSCRIPT (after SCRIPT FLUSH, a restart or a failover).
 //
+// Any request may land late or twice: go-redis resends a command after a
+// read timeout while the first copy may still be on its way. So each
+// refresh carries the lease's refresh number, kept with the lock, and a
+// copy older than the newest applied changes nothing; every release leaves
+// a tombstone for TTL + 5 s that refuses a late acquire copy of its owner
+// and makes a resent release report what the first copy did.
+//
 // Waiters are woken by the release's PUBLISH, through one shared pub/sub
 // connection per Locker, opened at the first wait; a notice that is lost
 // only delays a waiter until the holder's TTL runs out (at most 5s between
@@ -27,6 +34,7 @@
 //	distlock:{orders/42}            the lock: owner value, PX expiry
 //	distlock:{orders/42}:token      the token counter, no expiry
 //	distlock:{orders/42}:holder     the holder record (hash: owner, token, value), only with WithValue
+//	distlock:{orders/42}:seq        the holder's last refresh number, expiring with the lock
 //	distlock:{orders/42}:released   the pub/sub channel of release notices
 //
 // The braces are a Cluster hash tag: lock, counter and holder record share
@@ -34,7 +42,7 @@
 // ("%25", "%7D"), so distinct keys stay distinct. Set the prefix with
 // [WithKeyPrefix]; [distlock.Lease.As] with a *[Keys] gives a lease's key
 // names. Short-lived tombstones (distlock:{orders/42}:gone:<owner value>)
-// keep a late retry of a released attempt from taking the lock again.
+// keep a late copy of a released attempt from taking the lock again.
 // With [WithFairQueue], distlock:{orders/42}:waiters and
 // :waiter-deadlines (sorted sets) hold the waiters; they expire with the
 // last waiter's deadline.
@@ -66,11 +74,15 @@
 //
 // # Guarantees
 //
-// Mutual exclusion holds while the one Redis server keeps its data. It does
+// Mutual exclusion holds while the one Redis server keeps its data and its
+// clock and the client's run at the same rate: the server expires a lock by
+// its wall clock, the lease's deadline runs on the client's monotonic clock
+// (less a drift allowance), so a server clock stepped forward, or a client
+// host suspended past the TTL, can let a second client in while the first
+// still believes it holds the key (Guarantees: ClockDependent). It does
 // not survive a failover to a replica that had not received the latest
 // writes, nor a restart that loses writes (anything short of appendonly with
-// appendfsync always): a held lock can then be lost, and a second client
-// can acquire while the first still believes it holds the key.
+// appendfsync always): a held lock can then be lost too.
 //
 // Fencing tokens strictly increase across those events too, under one
 // assumption: the clocks of the servers that serve a key (a master and the
