@@ -317,8 +317,8 @@ func TestExtendFastMatchesRepairing(t *testing.T) {
 		name string
 		a, b redisnode.Extend // batched side, ExtendOn side
 	}
-	setup := func(k redisnode.Keys, nonce, lock, record, marker string, tomb bool) {
-		short := 5 * time.Second
+	setup := func(k redisnode.Keys, nonce, lock, record, marker, seq string, tomb bool) {
+		short := 20 * time.Second // setting up every pair takes seconds under -race
 		do := func(cmd interface{ Err() error }) {
 			if err := cmd.Err(); err != nil {
 				t.Fatal(err)
@@ -358,28 +358,41 @@ func TestExtendFastMatchesRepairing(t *testing.T) {
 		if tomb {
 			do(c.Set(ctx, k.GoneFor("me"), "1", short))
 		}
+		switch seq { // the refresh below is number 5
+		case "older":
+			do(c.Set(ctx, k.Seq, "4:me", short))
+		case "newer":
+			do(c.Set(ctx, k.Seq, "6:me", short))
+		case "other":
+			do(c.Set(ctx, k.Seq, "9:x", short))
+		case "wrongtype":
+			do(c.HSet(ctx, k.Seq, "f", "v"))
+			do(c.PExpire(ctx, k.Seq, short))
+		}
 	}
 	var pairs []pair
 	for _, lock := range []string{"missing", "ours", "other", "wrongtype"} {
 		for _, record := range []string{"missing", "ours", "other", "noowner", "wrongtype"} {
 			for _, marker := range []string{"missing", "nonce", "othernonce", "wrongtype"} {
-				for _, tomb := range []bool{false, true} {
-					name := fmt.Sprintf("lock=%s,record=%s,marker=%s,tomb=%v", lock, record, marker, tomb)
-					nonce := "nonce-" + name
-					var e [2]redisnode.Extend
-					for side, prefix := range []string{"batch:", "single:"} {
-						k := redisnode.KeysFor(prefix, name)
-						setup(k, nonce, lock, record, marker, tomb)
-						e[side] = redisnode.Extend{Keys: k, Owner: "me", TTL: time.Minute, Token: 7, Nonce: nonce, Value: "v"}
+				for _, seq := range []string{"missing", "older", "newer", "other", "wrongtype"} {
+					for _, tomb := range []bool{false, true} {
+						name := fmt.Sprintf("lock=%s,record=%s,marker=%s,seq=%s,tomb=%v", lock, record, marker, seq, tomb)
+						nonce := "nonce-" + name
+						var e [2]redisnode.Extend
+						for side, prefix := range []string{"batch:", "single:"} {
+							k := redisnode.KeysFor(prefix, name)
+							setup(k, nonce, lock, record, marker, seq, tomb)
+							e[side] = redisnode.Extend{Keys: k, Owner: "me", TTL: time.Minute, Token: 7, Nonce: nonce, Value: "v", Seq: 5}
+						}
+						pairs = append(pairs, pair{name, e[0], e[1]})
 					}
-					pairs = append(pairs, pair{name, e[0], e[1]})
 				}
 			}
 		}
 	}
 	state := func(k redisnode.Keys) string {
 		var out strings.Builder
-		for _, key := range []string{k.Lock, k.Holder, k.Retake, k.GoneFor("me"), k.Counter} {
+		for _, key := range []string{k.Lock, k.Holder, k.Retake, k.GoneFor("me"), k.Counter, k.Seq} {
 			typ := c.Type(ctx, key).Val()
 			val := ""
 			switch typ {
@@ -391,7 +404,7 @@ func TestExtendFastMatchesRepairing(t *testing.T) {
 			ttl := c.PTTL(ctx, key).Val()
 			class := "none"
 			switch {
-			case ttl > 30*time.Second:
+			case ttl > 40*time.Second:
 				class = "extended"
 			case ttl > 0:
 				class = "short"
@@ -414,7 +427,7 @@ func TestExtendFastMatchesRepairing(t *testing.T) {
 		}
 		res, errs := redisnode.ExtendManyOn(ctx, c, batch)
 		for i, p := range pairs {
-			r, err := redisnode.ExtendOn(ctx, c, p.b.Keys, p.b.Owner, p.b.TTL, p.b.Token, p.b.Nonce, p.b.Value, 0)
+			r, err := redisnode.ExtendOn(ctx, c, p.b.Keys, p.b.Owner, p.b.TTL, p.b.Token, p.b.Nonce, p.b.Value, p.b.Seq)
 			sa, sb := state(p.a.Keys), state(p.b.Keys)
 			if res[i] != r || (errs[i] == nil) != (err == nil) || sa != sb {
 				t.Errorf("%s, %s:\n  batched: %v, %v, %s\n  extend.lua: %v, %v, %s", what, p.name, res[i], errs[i], sa, r, err, sb)
@@ -444,5 +457,79 @@ func TestTombstoneIsNeverShortened(t *testing.T) {
 	r, err := redisnode.AcquireOn(ctx, c, k, "me", time.Minute, "")
 	if err != nil || r.Acquired {
 		t.Fatalf("a late acquire of the given-back owner = %+v, %v; want refused", r, err)
+	}
+}
+
+// A refresh copy older than the newest refresh applied for the lease
+// changes nothing (a late copy: go-redis resent it, the resend answered);
+// a stale sequence of another owner (its lock deleted by hand) does not
+// hold up a new lease's refreshes.
+func TestRefreshSequenceRefusesOlderCopy(t *testing.T) {
+	srv := testserver.Redis(t)
+	c := newClient(t, srv.Addr())
+	ctx := t.Context()
+	k := redisnode.KeysFor("seq:", "k")
+	if r, err := redisnode.AcquireOn(ctx, c, k, "me", time.Minute, ""); err != nil || !r.Acquired {
+		t.Fatalf("acquire = %+v, %v", r, err)
+	}
+	if ok, err := redisnode.RefreshOn(ctx, c, k, "me", 2*time.Minute, false, 2); err != nil || !ok {
+		t.Fatalf("refresh 2 = %v, %v", ok, err)
+	}
+	if ok, err := redisnode.RefreshOn(ctx, c, k, "me", time.Second, false, 1); err != nil || !ok {
+		t.Fatalf("late refresh 1 = %v, %v; want ours, unchanged", ok, err)
+	}
+	if left := c.PTTL(ctx, k.Lock).Val(); left < 100*time.Second {
+		t.Fatalf("a late copy of refresh 1 cut the lock from refresh 2's 2m to %v", left)
+	}
+	// Refresh 2 again (a resend of the newest) and refresh 3 apply.
+	if ok, err := redisnode.RefreshOn(ctx, c, k, "me", time.Second, false, 3); err != nil || !ok {
+		t.Fatalf("refresh 3 = %v, %v", ok, err)
+	}
+	if left := c.PTTL(ctx, k.Lock).Val(); left > time.Second {
+		t.Fatalf("refresh 3 (1s) left %v", left)
+	}
+	// Another owner's stale sequence (its lock deleted by hand).
+	if err := c.Set(ctx, k.Lock, "you", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := redisnode.RefreshOn(ctx, c, k, "you", 2*time.Minute, false, 1); err != nil || !ok {
+		t.Fatalf("another owner's refresh 1 over my sequence 3 = %v, %v", ok, err)
+	}
+	if left := c.PTTL(ctx, k.Lock).Val(); left < 100*time.Second {
+		t.Fatalf("another owner's refresh 1 was held up by my sequence: %v left", left)
+	}
+}
+
+// A release leaves its owner's tombstone with its outcome: a copy that
+// comes again (resent after a lost reply, or late) reports what the first
+// did and touches nobody else's lock.
+func TestReleaseCopyReportsFirstOutcome(t *testing.T) {
+	srv := testserver.Redis(t)
+	c := newClient(t, srv.Addr())
+	ctx := t.Context()
+	k := redisnode.KeysFor("rel:", "k")
+	if r, err := redisnode.AcquireOn(ctx, c, k, "me", time.Minute, ""); err != nil || !r.Acquired {
+		t.Fatalf("acquire = %+v, %v", r, err)
+	}
+	for i := range 2 {
+		if ok, err := redisnode.ReleaseOn(ctx, c, k, "me", time.Minute, false); err != nil || !ok {
+			t.Fatalf("release copy %d = %v, %v; want released", i+1, ok, err)
+		}
+	}
+	if r, err := redisnode.AcquireOn(ctx, c, k, "you", time.Minute, ""); err != nil || !r.Acquired {
+		t.Fatalf("acquire by another = %+v, %v", r, err)
+	}
+	if ok, err := redisnode.ReleaseOn(ctx, c, k, "me", time.Minute, false); err != nil || !ok {
+		t.Fatalf("a late release copy of mine over another's lock = %v, %v; want my first outcome", ok, err)
+	}
+	if got := c.Get(ctx, k.Lock).Val(); got != "you" {
+		t.Fatalf("a late release copy of mine touched another's lock: %q", got)
+	}
+	// A release that found the lock someone else's says so again.
+	if ok, err := redisnode.ReleaseOn(ctx, c, k, "them", time.Minute, false); err != nil || ok {
+		t.Fatalf("release by a non-owner = %v, %v", ok, err)
+	}
+	if ok, err := redisnode.ReleaseOn(ctx, c, k, "them", time.Minute, false); err != nil || ok {
+		t.Fatalf("its copy = %v, %v; want not released again", ok, err)
 	}
 }
