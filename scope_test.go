@@ -19,7 +19,13 @@ func TestOptionWhereItDoesNotApply(t *testing.T) {
 	// Nothing listens there: every case must fail before any round trip.
 	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
 	defer client.Close()
-	clients := []goredis.UniversalClient{client, client, client}
+	// Three servers: one client given thrice would be refused for that.
+	clients := []goredis.UniversalClient{client}
+	for _, addr := range []string{"127.0.0.1:2", "127.0.0.1:3"} {
+		c := goredis.NewClient(&goredis.Options{Addr: addr})
+		defer c.Close()
+		clients = append(clients, c)
+	}
 
 	cases := map[string]func() error{
 		// The backend is built already: its option would be dropped.

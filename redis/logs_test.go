@@ -23,20 +23,27 @@ import (
 // runs in a child process, since go-redis's default logger holds the stderr
 // of the process it started in.
 func TestGoRedisLogsGoThroughWithLogger(t *testing.T) {
-	if addr := os.Getenv("DISTLOCK_LOGS_CHILD"); addr != "" {
-		logsChild(addr)
+	if addrs := os.Getenv("DISTLOCK_LOGS_CHILD"); addrs != "" {
+		logsChild(strings.Split(addrs, ","))
 		return
 	}
-	// A port with nothing listening: every dial fails.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// Three ports with nothing listening (Redlock refuses a server named
+	// twice): every dial fails.
+	var addrs []string
+	var lns []net.Listener
+	for range 3 { // each held until all three are taken, so that they differ
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns, addrs = append(lns, ln), append(addrs, ln.Addr().String())
 	}
-	addr := ln.Addr().String()
-	ln.Close()
+	for _, ln := range lns {
+		ln.Close()
+	}
 
 	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestGoRedisLogsGoThroughWithLogger$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "DISTLOCK_LOGS_CHILD="+addr)
+	cmd.Env = append(os.Environ(), "DISTLOCK_LOGS_CHILD="+strings.Join(addrs, ","))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -54,12 +61,12 @@ func TestGoRedisLogsGoThroughWithLogger(t *testing.T) {
 	}
 }
 
-// logsChild opens each scheme against addr with a logger that prints to
+// logsChild opens each scheme against addrs with a logger that prints to
 // stdout, then without a logger; stderr must stay empty throughout.
-func logsChild(addr string) {
+func logsChild(addrs []string) {
 	urls := map[string]string{
-		"redis":   "redis://" + addr,
-		"redlock": "redlock://" + addr + "," + addr + "," + addr,
+		"redis":   "redis://" + addrs[0],
+		"redlock": "redlock://" + strings.Join(addrs, ","),
 	}
 	for scheme, u := range urls {
 		for _, withLogger := range []bool{true, false} {
