@@ -169,6 +169,10 @@
 // notices and polls for grants and expiries, backing off up to the
 // Locker's WithBackoff cap while nothing changes.
 //
+// A server given twice would count twice toward the quorum, so Open and New
+// refuse it, names resolved and port 6379 applied; New compares the address
+// of a go-redis *Client, and of other client kinds only their identity.
+//
 // Clients should set ContextTimeoutEnabled so that context deadlines bound
 // socket reads; this backend also stops waiting for a node after the node
 // timeout whatever its client does.

@@ -23,9 +23,11 @@ import (
 //
 // Parameters: prefix (WithKeyPrefix), node_timeout (WithNodeTimeout),
 // dial_timeout (go-redis's, default 1s); the user, password and db apply to
-// every node. Anything else is an error. Open PINGs every node (bounded by
-// the dial timeout and ctx) and fails with an error matching ErrUnavailable,
-// naming the nodes, when fewer than a majority answer.
+// every node. Anything else is an error, and so is a server named twice
+// (see distinctHosts). Open PINGs every node (bounded, with the name
+// lookups of that check, by the dial timeout and ctx) and fails with an
+// error matching ErrUnavailable, naming the nodes, when fewer than a
+// majority answer.
 func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backend, error) {
 	q := driver.NewQuery(u)
 	var bopts []distlock.Option
@@ -43,13 +45,15 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 	if err != nil {
 		return nil, err
 	}
-	db := 0
-	if p := strings.Trim(u.Path, "/"); p != "" {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 {
-			return nil, fmt.Errorf("%w: redlock: database %q is not a number", distlock.ErrInvalidURL, p)
-		}
-		db = n
+	db, err := database(u)
+	if err != nil {
+		return nil, err
+	}
+	// One deadline for the name lookups of the duplicate check and the PINGs.
+	ctx, cancel := context.WithTimeout(ctx, dial)
+	defer cancel()
+	if err := distinctHosts(ctx, nodes); err != nil {
+		return nil, err
 	}
 	var user, pass string
 	if u.User != nil {
@@ -88,6 +92,19 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 	}
 	b.unroute = unroute
 	return b, nil
+}
+
+// database returns the database number of u's path (0 without one).
+func database(u *url.URL) (int, error) {
+	p := strings.Trim(u.Path, "/")
+	if p == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%w: redlock: database %q is not a number", distlock.ErrInvalidURL, p)
+	}
+	return n, nil
 }
 
 // pingQuorum checks that a majority of the nodes answer a PING within dial.

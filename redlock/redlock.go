@@ -31,11 +31,12 @@ func (noQuorum) Error() string        { return "redlock: no quorum of nodes" }
 func (noQuorum) Is(target error) bool { return target == driver.ErrUnavailable }
 
 // New returns a Locker over clients, one per independent Redis node (an odd
-// number, at least 3). Close does not close the clients unless
+// number, at least 3; two clients of one server are ErrInvalidOption, see
+// the package doc). Close does not close the clients unless
 // WithCloseClients(true).
 func New(clients []goredis.UniversalClient, opts ...distlock.Option) (distlock.Locker, error) {
 	lockerOpts, backendOpts := driver.SplitOptions(opts)
-	b, err := newBackend(clients, backendOpts)
+	b, err := newClientBackend(clients, backendOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -46,23 +47,44 @@ func New(clients []goredis.UniversalClient, opts ...distlock.Option) (distlock.L
 // middleware) before passing it to distlock.New. It takes redlock's own
 // options and WithLogger; the portable ones go to distlock.New.
 func NewBackend(clients []goredis.UniversalClient, opts ...distlock.Option) (driver.Backend, error) {
-	b, err := newBackend(clients, opts)
+	b, err := newClientBackend(clients, opts)
 	if err != nil {
 		return nil, err // not a nil *backend in a non-nil interface
 	}
 	return b, nil
 }
 
-func newBackend(clients []goredis.UniversalClient, opts []distlock.Option) (*backend, error) {
+// newClientBackend is newBackend for clients the caller made, which may
+// reach one server twice (Open compares its URL's hosts instead).
+func newClientBackend(clients []goredis.UniversalClient, opts []distlock.Option) (*backend, error) {
+	if err := checkClients(clients); err != nil {
+		return nil, err
+	}
+	if err := distinctClients(clients); err != nil {
+		return nil, err
+	}
+	return newBackend(clients, opts)
+}
+
+// checkClients checks the number of clients and that none is nil.
+func checkClients(clients []goredis.UniversalClient) error {
 	n := len(clients)
 	if n < 3 || n%2 == 0 {
-		return nil, fmt.Errorf("%w: redlock: %d nodes (want an odd number, at least 3)", distlock.ErrInvalidOption, n)
+		return fmt.Errorf("%w: redlock: %d nodes (want an odd number, at least 3)", distlock.ErrInvalidOption, n)
 	}
 	for i, c := range clients {
 		if c == nil {
-			return nil, fmt.Errorf("%w: redlock: client %d is nil", distlock.ErrInvalidOption, i)
+			return fmt.Errorf("%w: redlock: client %d is nil", distlock.ErrInvalidOption, i)
 		}
 	}
+	return nil
+}
+
+func newBackend(clients []goredis.UniversalClient, opts []distlock.Option) (*backend, error) {
+	if err := checkClients(clients); err != nil {
+		return nil, err
+	}
+	n := len(clients)
 	o, err := driver.ResolveBackend("redlock", opts)
 	if err != nil {
 		return nil, err
