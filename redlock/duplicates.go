@@ -24,6 +24,8 @@ const defaultPort = "6379"
 // server it dials is chosen at dial time, so the address says nothing.
 const failoverAddr = "FailoverClient"
 
+const countsTwice = "its answer would count twice toward the quorum"
+
 // endpoint is one node's address, as given (shown in errors; it never holds
 // a password) and split for comparison.
 type endpoint struct {
@@ -131,8 +133,8 @@ func distinctHosts(ctx context.Context, hosts []string) error {
 		eps[k] = tcpEndpoint(h)
 	}
 	if i, j, shared, dup := sameServer(ctx, eps); dup {
-		return fmt.Errorf("%w: redlock: nodes %d (%s) and %d (%s) are one server (%s): it would count twice toward the quorum",
-			distlock.ErrInvalidURL, i+1, hosts[i], j+1, hosts[j], shared)
+		return fmt.Errorf("%w: redlock: nodes %d (%s) and %d (%s) are one server (%s): %s",
+			distlock.ErrInvalidURL, i+1, hosts[i], j+1, hosts[j], shared, countsTwice)
 	}
 	return nil
 }
@@ -144,8 +146,8 @@ func distinctHosts(ctx context.Context, hosts []string) error {
 // Sentinel client) do not say which server they dial and are not compared.
 func distinctClients(clients []goredis.UniversalClient) error {
 	if i, j, dup := sameClient(clients); dup {
-		return fmt.Errorf("%w: redlock: clients[%d] and clients[%d] are one client: its server would count twice toward the quorum",
-			distlock.ErrInvalidOption, i, j)
+		return fmt.Errorf("%w: redlock: clients[%d] and clients[%d] are one client: %s",
+			distlock.ErrInvalidOption, i, j, countsTwice)
 	}
 	var eps []endpoint
 	var idx []int
@@ -166,8 +168,8 @@ func distinctClients(clients []goredis.UniversalClient) error {
 	ctx, cancel := context.WithTimeout(context.Background(), max(dial, time.Second))
 	defer cancel()
 	if i, j, shared, dup := sameServer(ctx, eps); dup {
-		return fmt.Errorf("%w: redlock: clients[%d] (%s) and clients[%d] (%s) reach one server (%s): it would count twice toward the quorum",
-			distlock.ErrInvalidOption, idx[i], eps[i].shown, idx[j], eps[j].shown, shared)
+		return fmt.Errorf("%w: redlock: clients[%d] (%s) and clients[%d] (%s) reach one server (%s): %s",
+			distlock.ErrInvalidOption, idx[i], eps[i].shown, idx[j], eps[j].shown, shared, countsTwice)
 	}
 	return nil
 }
