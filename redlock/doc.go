@@ -132,21 +132,25 @@
 //
 // Locker.Inspect reads every node at once (one script that writes nothing,
 // each bounded by the node timeout) and reports a holder only when a
-// majority of the nodes hold the lock for one owner and at least one of
-// them has that owner's holder record (see package redis for the key).
-// Token and Value come from the record, never from a node's counter, which
-// can be above the lease's token: a node restarted without its data seeds
-// its counter from its clock, and a node that answered phase 1 late kept
-// its own increment. Phase 2 writes the record (owner, token, value) on
-// every node it raises; each refresh extends it with the lock, or writes
-// it where it is missing or another owner's, and writes it with a lock it
-// takes back; a release deletes it; otherwise it expires with the lock.
-// Phase 2's majority meets every majority, so a granted lease held on a
-// majority of the nodes that answer always shows its record there. TTL is
-// conservative: how long a majority still holds the lock by the PTTLs
-// read, less the time the read took and the default drift allowance (1% of
-// it plus 2ms; a Locker's WithDrift does not reach Inspect), at least 1ms
-// while held. Waiters is -1.
+// majority of the nodes hold the lock for one owner and have that owner's
+// holder record (see package redis for the key). Phase 2 writes the record
+// (owner, token, value) where it raises the counter to the token, so records
+// on a majority put the token below every later majority's (the two
+// majorities meet): Locker.Watch, which reports only growing tokens, then
+// misses no later holder. An attempt whose phase 2 reached a minority is not
+// reported. Each refresh extends the record with the lock, or writes it
+// where it is missing or another owner's, and with a lock it takes back; a
+// release deletes it; otherwise it expires with the lock. Until its first
+// refresh, a lease decided by a bare majority has no record on the nodes
+// that answered phase 1 late: with a node of that majority down, Inspect
+// fails with ErrNoQuorum (or reports free if the node lost its data). Token
+// and Value come from the record, never from a node's counter, which can be
+// above the lease's token: a node restarted without its data seeds its
+// counter from its clock, and a node that answered phase 1 late kept its own
+// increment. TTL is conservative: how long a majority still holds the lock
+// by the PTTLs read, less the time the read took and the default drift
+// allowance (1% of it plus 2ms; a Locker's WithDrift does not reach
+// Inspect), at least 1ms while held. Waiters is -1.
 //
 // Inspect returns as soon as no answer still to come can change its
 // verdict. It fails with an error matching [ErrNoQuorum] (and
@@ -157,7 +161,7 @@
 // nodes are read one by one, not at one instant, so the holder it reports
 // may have released or lost the lock by the time it returns; an acquire
 // between its two phases is reported free, and one whose phase 2 reached
-// some nodes but failed may be reported held until it gives the lock back
+// a majority but failed may be reported held until it gives the lock back
 // (at once). A value is stored (and sent with every refresh) only when
 // given; the record itself, with the token, is written and extended for
 // every lease: two more commands in phase 2 and in each refresh, inside

@@ -21,12 +21,11 @@ var inspectDrift = driver.Drift{Factor: driver.DefaultDriftFactor, Min: driver.D
 
 // Inspect implements driver.Inspector: it reads every node at once (one
 // read-only script each, bounded by the node timeout) and reports a holder
-// only when a majority of the nodes hold the lock for one owner and one of
-// them has that owner's holder record, which phase 2 of the acquire writes
-// with the lease's token (see nodeVerdict). It returns as soon as the
-// answer is settled; an error matching ErrNoQuorum when fewer than a
-// majority answered, or when the silent nodes could still make or break a
-// majority.
+// only when a majority of the nodes hold the lock for one owner and have
+// that owner's holder record, which phase 2 of the acquire writes with the
+// lease's token (see judge). It returns as soon as the answer is settled;
+// an error matching ErrNoQuorum when fewer than a majority answered, or
+// when the silent nodes could still make or break a majority.
 func (b *backend) Inspect(ctx context.Context, key string) (driver.Holder, error) {
 	start := time.Now()
 	k := redisnode.KeysFor(b.prefix, key)
@@ -67,6 +66,9 @@ func (b *backend) Inspect(ctx context.Context, key string) (driver.Holder, error
 	case len(t.answered)-len(t.failed) < b.quorum:
 		return driver.Holder{}, fmt.Errorf("%w: inspecting %q: %d of %d nodes answered (need %d)%s",
 			ErrNoQuorum, key, len(t.answered)-len(t.failed), n, b.quorum, b.summary(t))
+	case v.most >= b.quorum:
+		return driver.Holder{}, fmt.Errorf("%w: inspecting %q: held for one owner on %d of %d nodes, its holder record on %d, which the %d that did not answer could make a majority%s",
+			ErrNoQuorum, key, v.most, n, v.recorded, n-len(t.answered)+len(t.failed), b.summary(t))
 	}
 	return driver.Holder{}, fmt.Errorf("%w: inspecting %q: held for one owner on %d of %d nodes, which the %d that did not answer could make a majority%s",
 		ErrNoQuorum, key, v.most, n, n-len(t.answered)+len(t.failed), b.summary(t))
@@ -74,26 +76,32 @@ func (b *backend) Inspect(ctx context.Context, key string) (driver.Holder, error
 
 // verdict is what the answers so far say of a lock.
 type verdict struct {
-	settled bool // no answer still to come can change it
-	held    bool // settled, and held: token, value and ttl are set
-	token   distlock.Token
-	value   string
-	ttl     time.Duration // how long a majority still holds it, by the nodes' PTTLs
-	most    int           // the most nodes that agree on one owner
+	settled  bool // no answer still to come can change it
+	held     bool // settled, and held: token, value and ttl are set
+	token    distlock.Token
+	value    string
+	ttl      time.Duration // how long a majority still holds it, by the nodes' PTTLs
+	most     int           // the most nodes that agree on one owner
+	recorded int           // of those, the nodes with that owner's holder record
 }
 
 // judge reads the answers of t (views of the nodes that answered):
 //
-//   - held, when a majority hold the lock for one owner and one of them
-//     has that owner's holder record (its token and value): a granted
-//     lease's phase 2 wrote the record on a majority, which meets every
-//     majority, and a refresh writes it back wherever the lock is the
-//     lease's (taken back or not). A node's counter is not used: it may be
-//     above the lease's token (a node restarted without its data and seeded
-//     from its clock, a straggler's own increment).
-//   - free, when a majority hold the lock for one owner but none of them
-//     has its record: an acquire between its phases, not granted yet (or
-//     about to fail and give the lock back).
+//   - held, when a majority hold the lock for one owner and have that
+//     owner's holder record (its token and value). Phase 2 writes the
+//     record only where it raised the counter to the lease's token, and a
+//     refresh only for a granted lease, so records on a majority order the
+//     token: every later majority meets this one and gets a larger token.
+//     Records on fewer (a phase 2 that failed) do not: a later majority
+//     can miss them and get a smaller token, and Locker.Watch would then
+//     show an older holder after a newer one. A node's counter is not
+//     used: it may be above the lease's token (a node restarted without
+//     its data and seeded from its clock, a straggler's own increment).
+//   - free, when a majority hold the lock for one owner but too few have
+//     its record to make a majority even with every node that has not
+//     answered (or failed): an acquire between its phases, one whose phase
+//     2 failed, or a lease decided by a bare majority one node of which
+//     lost its data, until the lease's refresh writes the other records.
 //   - free, when no owner can reach a majority even if every node that has
 //     not answered (or failed) held it.
 //
@@ -106,27 +114,38 @@ func (b *backend) judge(views []redisnode.NodeLock, t tally) verdict {
 	unknown := len(b.nodes) - len(t.answered) + len(t.failed)
 	v := verdict{}
 	for _, nodes := range byOwner {
-		v.most = max(v.most, len(nodes))
-		if len(nodes) < b.quorum {
-			continue
+		if len(nodes) >= b.quorum { // at most one owner
+			return b.judgeOwner(views, nodes, unknown)
 		}
-		v.settled = true
-		var ttls []time.Duration
-		for _, i := range nodes {
-			nl := views[i]
-			ttls = append(ttls, nl.TTL)
-			if nl.Recorded && (!v.held || nl.Token > v.token) {
-				v.held, v.token, v.value = true, nl.Token, nl.Value
+		v.most = max(v.most, len(nodes))
+	}
+	v.settled = v.most+unknown < b.quorum
+	return v
+}
+
+// judgeOwner is judge when nodes, a majority, hold the lock for one owner
+// and unknown nodes have not answered.
+func (b *backend) judgeOwner(views []redisnode.NodeLock, nodes []int, unknown int) verdict {
+	v := verdict{most: len(nodes)}
+	var ttls []time.Duration
+	for _, i := range nodes {
+		nl := views[i]
+		ttls = append(ttls, nl.TTL)
+		if nl.Recorded {
+			v.recorded++
+			if nl.Token > v.token { // every record of one owner has its lease's token
+				v.token, v.value = nl.Token, nl.Value
 			}
 		}
+	}
+	switch {
+	case v.recorded >= b.quorum:
+		v.settled, v.held = true, true
 		// The lock lasts while a majority hold it: the quorum-th longest.
 		slices.SortFunc(ttls, func(x, y time.Duration) int { return cmp.Compare(y, x) })
 		v.ttl = ttls[b.quorum-1]
-		if !v.held {
-			v.ttl = 0
-		}
-		return v
+	case v.recorded+unknown < b.quorum:
+		v.settled = true
 	}
-	v.settled = v.most+unknown < b.quorum
 	return v
 }
