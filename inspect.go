@@ -85,9 +85,9 @@ type watch struct {
 	sub    driver.Subscription
 	pushed bool // sub notices every change (driver.Watcher), not only releases
 
-	reported  bool // something was sent
-	last      Holder
-	lastToken Token // of the last holder sent: a later one must be larger
+	reported  bool  // something was sent
+	lastHeld  bool  // the last report was a holder
+	lastToken Token // the largest token sent: a holder is sent only above it
 }
 
 // pushedPoll bounds the wait between two reads when the backend pushes
@@ -145,20 +145,24 @@ func (w *watch) run(ctx, bctx context.Context) {
 	}
 }
 
-// changed reports whether h is news: another holder (another token) or the
-// key held or freed since the last report. Tokens are not required to
-// grow: a holder a backend reports whose acquire then failed (a Redlock
-// attempt between its phases) may come with a token above the next real
-// holder's, and that holder must still be reported.
+// changed reports whether h is news: the key freed since the last report,
+// or a holder whose token is larger than every one reported. A holder with
+// a token not larger is the one already reported or an earlier one that a
+// server shows again after losing writes (a restart from an older
+// snapshot, a failover to a replica that missed the latest grants):
+// reporting it would show an older holder after a newer one. No real
+// successor is hidden: backends report a holder only once its token is
+// below every later grant's (Redlock: confirmed by a majority).
 func (w *watch) changed(h Holder) bool {
 	switch {
-	case !w.reported:
-	case h.Held != w.last.Held:
-	case h.Held && h.Token != w.last.Token:
-	default:
+	case h.Held && h.Token <= w.lastToken: // tokens are positive: the first holder passes
+		return false
+	case h.Held:
+		w.lastToken = h.Token
+	case w.reported && !w.lastHeld: // still free
 		return false
 	}
-	w.reported, w.last = true, h
+	w.reported, w.lastHeld = true, h.Held
 	return true
 }
 

@@ -66,8 +66,12 @@ type Locker interface {
 	Inspect(ctx context.Context, key string) (Holder, error)
 
 	// Watch reports key's holder now, then at each change: a new holder
-	// (another token; larger, except after a holder whose acquire failed
-	// between reads, which Redlock can show) or the key becoming free. Changes are pushed where the backend can (etcd and
+	// or the key becoming free. Every holder it reports has a larger token
+	// than the holders reported before it, and is reported once: after a
+	// server loses writes (a restart from an older snapshot, a failover to
+	// a lagging replica) and shows an earlier holder again, Watch does not
+	// report it: the next report is the key free or a holder with a larger
+	// token. Changes are pushed where the backend can (etcd and
 	// ZooKeeper watches, the memory store); elsewhere (Redis, Redlock)
 	// release notices and polling find them: a new holder within the
 	// back-off cap (WithBackoff's max, 500ms by default), an expiry at the

@@ -22,9 +22,11 @@
 // Observers see what the server has: for a moment after a Campaign whose
 // context ended mid-call, that can be the abandoned attempt (with its value
 // and token) until it is given back; it never held a Term, so it wrote
-// nothing through a fence. On Redlock such an attempt can carry a token
-// above the next real term's, which Observe then reports after it: term
-// order holds for the terms that were granted.
+// nothing through a fence, and its token is below the next term's. A server
+// that loses writes (a restart from an older snapshot, a failover to a
+// replica that missed the latest grants) can show an earlier leader again,
+// with its smaller token: Observe does not report it, so the next leader an
+// observer sees is one elected after that lock ends, with a larger token.
 //
 // Election needs nothing from a backend beyond distlock.Locker, so a new
 // backend gets it by implementing driver.Inspector (and driver.Watcher where
