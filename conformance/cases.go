@@ -49,6 +49,7 @@ var cases = []Case{
 	{"InspectValueBounds", "a value of MaxValueLen arbitrary bytes round-trips, one byte more is ErrInvalidOption and takes nothing, and Inspect and Watch refuse invalid keys", inspectValueBounds},
 	{"InspectWaiters", "on backends that queue waiters (WaitQueue or FIFO) Inspect counts the callers waiting behind the holder as they come and go", inspectWaiters},
 	{"WatchSeesChanges", "Watch reports the current state, then each grant (with its token and value), release and end on the server, and closes when its context ends or its Locker closes", watchSeesChanges},
+	{"WatchTokensIncrease", "Watch reports each holder once, and never a holder whose token is not larger than one it reported before, across releases, hand-overs to waiters and ends on the server", watchTokensIncrease},
 	{"ElectionOneLeader", "at most one leader of a role at any time under contention, each term's token larger than the last, and Leader reports the current term", electionOneLeader},
 	{"ElectionObserversSeeEveryLeader", "an observer sees every leader, in order, with its value; a late observer starts from the current leader; vacancies are not reported", electionObserversSeeEveryLeader},
 	{"ElectionResignHandsOver", "a waiting candidate is elected soon after the leader resigns, long before the TTL, with a larger token", electionResignHandsOver},

@@ -111,3 +111,77 @@ func watchSeesChanges(e *env) {
 		e.fail("Watch on a closed Locker succeeded")
 	}
 }
+
+func watchTokensIncrease(e *env) {
+	a, waiter, b := e.locker(), e.locker(), e.locker()
+	key := e.key("k")
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	ch, err := b.Watch(ctx, key, fastPoll)
+	if err != nil {
+		e.fail("Watch(%q): %v", key, err)
+	}
+	var top distlock.Token // the largest token reported
+	// next reads the next report and checks it against those before it.
+	next := func(why string) distlock.Holder {
+		h := nextChange(e, ch, why)
+		if h.Held && h.Token <= top {
+			e.fail("%s: Watch reported %s after a holder with token %d", why, holderString(h), top)
+		}
+		if h.Held {
+			top = h.Token
+		}
+		return h
+	}
+	// seen reads reports until Watch reports ls; each holder stays until
+	// then, so a backend that polls sees every one.
+	seen := func(ls *distlock.Lease, why string) {
+		for {
+			if h := next(why); h.Held && h.Token == ls.Token() {
+				return
+			}
+		}
+	}
+
+	first := e.tryAcquire(a, key, distlock.WithTTL(long), distlock.WithValue("first"))
+	seen(first, "a grant")
+	e.release(first)
+	second := e.tryAcquire(a, key, distlock.WithTTL(long), distlock.WithValue("second"))
+	seen(second, "the next grant")
+
+	// A hand-over to a waiter.
+	handed := make(chan *distlock.Lease, 1)
+	failed := make(chan error, 1)
+	go func() {
+		wctx, wcancel := e.timeout(e.patience())
+		defer wcancel()
+		ls, err := waiter.Acquire(wctx, key, distlock.WithTTL(long), distlock.WithValue("third"))
+		if err != nil {
+			failed <- err
+			return
+		}
+		handed <- ls
+	}()
+	time.Sleep(50 * time.Millisecond) // let the waiter wait, so the release hands over
+	e.release(second)
+	var third *distlock.Lease
+	select {
+	case third = <-handed:
+	case err := <-failed:
+		e.fail("a waiting Acquire after the holder released: %v", err)
+	}
+	seen(third, "a hand-over to a waiter")
+
+	// An end on the server, where the harness can force one.
+	if e.h.ForceExpire != nil {
+		e.endOnServer(key)
+	} else {
+		e.release(third)
+	}
+	fourth := e.tryAcquire(a, key, distlock.WithTTL(long), distlock.WithValue("fourth"))
+	seen(fourth, "a grant after the previous lock ended")
+	e.release(fourth)
+	if h := next("the last release"); h.Held {
+		e.fail("the last release: Watch reported %s, want the key free", holderString(h))
+	}
+}

@@ -18,6 +18,12 @@ import (
 // harnessOn builds a harness whose Lockers run on wrap(memory backend):
 // with wrap = identity it is the reference backend, otherwise a broken one.
 func harnessOn(wrap func(driver.Backend, *memory.Store) driver.Backend) conformance.Harness {
+	return harnessOfLockers(wrap, func(l distlock.Locker) distlock.Locker { return l })
+}
+
+// harnessOfLockers is harnessOn whose Lockers are also wrapped, by
+// wrapLocker: rules the portable layer keeps (Watch's) are broken there.
+func harnessOfLockers(wrap func(driver.Backend, *memory.Store) driver.Backend, wrapLocker func(distlock.Locker) distlock.Locker) conformance.Harness {
 	store := memory.NewStore()
 	var reg conformance.CrashRegistry
 	return conformance.Harness{
@@ -29,7 +35,7 @@ func harnessOn(wrap func(driver.Backend, *memory.Store) driver.Backend) conforma
 			if err != nil {
 				return nil, err
 			}
-			return reg.Add(l, c), nil
+			return reg.Add(wrapLocker(l), c), nil
 		},
 		Crash: reg.Crash,
 		ForceExpire: func(_ context.Context, key string) error {
@@ -217,22 +223,82 @@ func TestBrokenLockersFail(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c := findCase(t, tc.want)
 			h := harnessOn(tc.wrap)
 			if tc.ttl > 0 {
 				h.TTL = tc.ttl
 			}
-			err := c.Check(t.Context(), h)
-			var ce *conformance.CaseError
-			if !errors.As(err, &ce) {
-				t.Fatalf("case %s passed (or skipped: %v) on a locker that breaks its rule", tc.want, err)
-			}
-			if ce.Case != tc.want || ce.Rule != c.Rule {
-				t.Fatalf("failure attributed to %q, want %q", ce.Case, tc.want)
-			}
-			t.Logf("caught as expected: %v", err)
+			mustCatch(t, h, tc.want)
 		})
 	}
+}
+
+// TestBrokenWatchFails: the rules Watch keeps in the portable layer hold
+// whatever the backend reports, so the Lockers that break them are broken
+// above it.
+func TestBrokenWatchFails(t *testing.T) {
+	same := func(b driver.Backend, _ *memory.Store) driver.Backend { return b }
+	for _, tc := range []struct {
+		name   string
+		locker func(distlock.Locker) distlock.Locker
+		want   string
+	}{
+		{"Watch reports an older holder again", func(l distlock.Locker) distlock.Locker { return replaysHolder{l} }, "WatchTokensIncrease"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			mustCatch(t, harnessOfLockers(same, tc.locker), tc.want)
+		})
+	}
+}
+
+// mustCatch checks that the case named want fails on h, and is the one
+// the failure names.
+func mustCatch(t *testing.T, h conformance.Harness, want string) {
+	t.Helper()
+	c := findCase(t, want)
+	err := c.Check(t.Context(), h)
+	var ce *conformance.CaseError
+	if !errors.As(err, &ce) {
+		t.Fatalf("case %s passed (or skipped: %v) on a locker that breaks its rule", want, err)
+	}
+	if ce.Case != want || ce.Rule != c.Rule {
+		t.Fatalf("failure attributed to %q, want %q", ce.Case, want)
+	}
+	t.Logf("caught as expected: %v", err)
+}
+
+// replaysHolder is a Locker whose Watch reports, after each new holder,
+// the one before it again: what a watch that trusts a server restarted
+// from an older snapshot shows.
+type replaysHolder struct{ distlock.Locker }
+
+func (l replaysHolder) Watch(ctx context.Context, key string, opts ...distlock.Option) (<-chan distlock.Holder, error) {
+	in, err := l.Locker.Watch(ctx, key, opts...)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan distlock.Holder)
+	go func() {
+		defer close(out)
+		var prev distlock.Holder
+		for h := range in {
+			send := []distlock.Holder{h}
+			if h.Held && prev.Held {
+				send = append(send, prev)
+			}
+			if h.Held {
+				prev = h
+			}
+			for _, s := range send {
+				select {
+				case out <- s:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
 }
 
 func findCase(t *testing.T, name string) conformance.Case {
