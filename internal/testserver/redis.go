@@ -12,7 +12,10 @@ import (
 	"time"
 )
 
-// Redis starts a redis-server. By default it persists nothing; see WithRedisAppendFsync.
+// Redis starts a redis-server. By default it persists nothing; see
+// WithRedisAppendFsync. A SAVE sent by the test writes a snapshot that
+// Restart loads (after Kill, so that nothing newer is saved): a server
+// come back with older data.
 func Redis(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	return RedisN(t, 1, opts...)[0]
@@ -43,7 +46,7 @@ func redisSpec(cfg *config) (spec, error) {
 					"daemonize no",
 					`logfile ""`, // stdout, which is the log file
 					"dir .",      // the working directory, Dir()
-					`save ""`,    // no RDB snapshots: what survives a restart is only what the AOF kept
+					`save ""`,    // no automatic RDB snapshots: a restart keeps what the AOF kept, or a test's SAVE
 				}
 				if cfg.redisAppendFsync != "" {
 					conf = append(conf, "appendonly yes", "appendfsync "+cfg.redisAppendFsync)
