@@ -9,7 +9,8 @@
 // variable DISTLOCK_MUTATION (a comma-separated list of names), once.
 //
 // The names: owner-reuse, token-restart, equal-token-accepted, no-giveback,
-// zk-requested-timeout, redlock-no-repair, guard-skipped, etcd-no-keepalive.
+// zk-requested-timeout, redlock-no-repair, guard-skipped, etcd-no-keepalive,
+// refresh-unordered.
 package mutation
 
 import "time"

@@ -17,6 +17,12 @@ import (
 // ZooKeeper's session timeout is set to zkSession).
 const TTL = time.Second
 
+// lateReadTimeout is the read timeout of the single-Redis workers' client:
+// below the late-request fault's hold (TTL/4 to TTL/2), so go-redis resends
+// a held request on a new connection, which lands first. (Redlock's node
+// timeout, TTL/10, ends a held node call before any resend.)
+const lateReadTimeout = TTL / 5
+
 // zkSession is ZooKeeper's session timeout, which is its real TTL.
 const zkSession = 1500 * time.Millisecond
 
@@ -60,9 +66,11 @@ func startRedis(fsync string) func(t testing.TB) *Target {
 			name = "redis-aof"
 		}
 		s := testserver.Redis(t, opts...)
-		tg := &Target{Backend: name, Servers: []*testserver.Server{s}, TTL: TTL, Renew: TTL / 3, proxyable: true,
+		tg := &Target{Backend: name, Servers: []*testserver.Server{s}, TTL: TTL, Renew: TTL / 3, proxyable: true, resends: true,
 			Linger: 500 * time.Millisecond,
-			URL:    func(a []string) string { return "redis://" + a[0] + "?dial_timeout=500ms" }}
+			URL: func(a []string) string {
+				return "redis://" + a[0] + "?dial_timeout=500ms&read_timeout=" + lateReadTimeout.String()
+			}}
 		tg.Guarantees = guarantees(t, tg)
 		return tg
 	}
@@ -72,7 +80,7 @@ func startRedlock(n int) func(t testing.TB) *Target {
 	return func(t testing.TB) *Target {
 		ss := testserver.RedisN(t, n)
 		tg := &Target{Backend: fmt.Sprintf("redlock%d", n), Servers: ss, TTL: TTL, Renew: TTL / 3, proxyable: true,
-			Redlock: true, repairs: true, Linger: 500 * time.Millisecond,
+			resends: true, Redlock: true, repairs: true, Linger: 500 * time.Millisecond,
 			URL: func(a []string) string { return "redlock://" + strings.Join(a, ",") + "?dial_timeout=500ms" }}
 		if n == 3 {
 			tg.Backend = "redlock"

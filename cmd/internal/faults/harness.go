@@ -46,6 +46,9 @@ type Target struct {
 	Guarantees distlock.Guarantees
 
 	proxyable bool
+	// resends marks the Redis deployments: go-redis resends a command after
+	// a read timeout, so a request can land late and twice (late-request).
+	resends bool
 	// Redlock marks Redlock deployments; repairs those whose refresh takes
 	// a lock back on a node that lost it (a restart is then tolerated, one
 	// node at a time).

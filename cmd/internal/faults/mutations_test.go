@@ -33,6 +33,7 @@ type mutationCase struct {
 	gap    time.Duration
 	think  time.Duration // how long a holder sits on its lease (twice, at most); 0: the default
 	idle   time.Duration // a worker's sleep after each release, at most (the key free at times)
+	retune float64       // the workers' -retune; 0: RunRandom's default
 	wait   time.Duration // bound of each Acquire; 0: 10 s
 	// linkDur is the [min, max] duration of link faults; zero: the kinds'.
 	linkDur [2]time.Duration
@@ -103,6 +104,14 @@ func mutationCases() []mutationCase {
 			},
 			why: "rolling restarts of one Redlock node at a time (within the tolerance): without the retake a healthy holder's lease shrinks below a majority and is lost. " +
 				"The script restarts nodes 0 and 1 while the first holder sits on its lease (think 14 s: at least 7 s)"},
+		{name: "refresh-unordered", mutation: "refresh-unordered", backend: "redis", mode: Within, kinds: []Kind{KLateRequest}, seed: 7,
+			expect: []string{RuleMutex, RuleLossNotice}, span: 12 * time.Second, settle: 3 * time.Second, gap: 500 * time.Millisecond,
+			// Waiters give up every 300 ms and try again: a lock cut short
+			// sends no release notice, and a waiter would sleep until the
+			// expiry the holder's last refresh promised.
+			think: 4 * time.Second, wait: 300 * time.Millisecond, retune: 1,
+			why: "a holder refreshes to a short TTL and at once to a long one; the short refresh's first copy is held past go-redis's read timeout, the resend answers, and the held copy lands after the long refresh: " +
+				"without the refresh sequence it cuts the lock back to the short TTL and another worker takes the key while the holder counts on the long one"},
 		{name: "etcd-no-keepalive", mutation: "etcd-no-keepalive", backend: "etcd3", mode: Within, kinds: []Kind{KHangServer}, seed: 7,
 			expect: []string{RuleHang, RuleRecovery}, span: 2 * time.Second, settle: 3 * time.Second, gap: time.Second,
 			script: []Step{{At: 500 * time.Millisecond, Kind: KHangServer, Target: 0, Dur: 35 * time.Second}},
@@ -143,7 +152,7 @@ func TestMutations(t *testing.T) {
 				tg = mc.target(tg)
 			}
 			cfg := RandomConfig{Mode: mc.mode, Seed: mc.seed, Mutation: mc.mutation, Settle: mc.settle, Think: mc.think,
-				Idle: mc.idle, Wait: mc.wait,
+				Idle: mc.idle, Wait: mc.wait, Retune: mc.retune,
 				Gen: GenOptions{Warmup: 500 * time.Millisecond, Span: mc.span, Kinds: mc.kinds, MeanGap: mc.gap, LinkDur: mc.linkDur, Script: mc.script}}
 			if sc := Generate(cfg.Seed, tg, cfg.Mode, cfg.Gen); sc.Scripted != len(mc.script) {
 				t.Fatalf("the generator admits %d of the %d scripted steps on %s in mode %s: the script is not a schedule the mode allows\n%v",

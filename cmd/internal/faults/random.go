@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,6 +35,10 @@ type RandomConfig struct {
 	// Mutation, if set, is DISTLOCK_MUTATION for the workers, which then
 	// run the binary built with -tags distlock_mutations.
 	Mutation string
+	// Retune is the workers' -retune (lock workload): with late-request
+	// faults in the schedule, 0 means 0.5, so that a held request is often
+	// a refresh that a later, longer one of the same lease must outlast.
+	Retune float64
 	// Workload is "" (the lock workload: acquire, write, release) or
 	// WorkloadElection: candidates that lead for a random time up to Term
 	// (0: 1.5 s), writing all along, plus one observer.
@@ -132,6 +137,12 @@ func RunRandom(t testing.TB, sh *Shared, tg *Target, cfg RandomConfig) RandomRow
 	}
 	if cfg.Wait > 0 {
 		env.WorkerArgs = append(env.WorkerArgs, "-wait", cfg.Wait.String())
+	}
+	if cfg.Retune == 0 && slices.ContainsFunc(sched.Steps, func(st Step) bool { return st.Kind == KLateRequest }) {
+		cfg.Retune = 0.5
+	}
+	if cfg.Retune > 0 && cfg.Workload == "" {
+		env.WorkerArgs = append(env.WorkerArgs, "-retune", strconv.FormatFloat(cfg.Retune, 'g', -1, 64))
 	}
 	if cfg.Workload == WorkloadElection {
 		if cfg.Term == 0 {
@@ -373,6 +384,19 @@ func (f *faulter) apply(ctx context.Context, st Step) Applied {
 		for _, u := range undo {
 			u()
 		}
+		a.End = Mono()
+	case KLateRequest:
+		w, err := f.holder(ctx, false)
+		if err != nil {
+			return fail("%v", err)
+		}
+		a.Worker, a.Start = w.ID, Mono()
+		rm, err := f.toxicOn(w.ID, -1, "late", fmt.Sprintf(`{"hold":%d,"count":1}`, st.Param.Milliseconds()), "upstream")
+		if err != nil {
+			return fail("toxic: %v", err)
+		}
+		sleep(ctx, st.Dur+st.Param) // a request held late in the window is delivered before the toxic goes
+		rm()
 		a.End = Mono()
 	case KPauseServer, KHangServer, KKillRestart:
 		if !f.claimServer(st.Target) {

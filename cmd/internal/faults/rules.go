@@ -206,7 +206,7 @@ func judgeRandom(evs [][]Event, c Check, tg *Target, m Mode, applied []Applied, 
 		case KPauseHolder:
 			paused = append(paused, window{a.Worker, a.Start, a.End})
 			degraded = append(degraded, window{a.Worker, a.Start, a.End})
-		case KBlackhole, KDelayLink, KDropReplies:
+		case KBlackhole, KDelayLink, KDropReplies, KLateRequest:
 			degraded = append(degraded, window{a.Worker, a.Start, a.End})
 		case KDropAll:
 			for w := range evs {

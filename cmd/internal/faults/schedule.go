@@ -24,6 +24,11 @@ const (
 	// every attempt under way is ambiguous at the same time, so whether the
 	// key is free afterwards rests on the give-backs alone.
 	KDropAll Kind = "drop-replies-all"
+	// KLateRequest holds the current holder's next request to each server
+	// (Param long) and lets everything after it through: past the client's
+	// read timeout, go-redis resends it on a new connection, which lands
+	// first, and the held copy lands late (Redis and Redlock).
+	KLateRequest Kind = "late-request"
 	// KHangServer SIGSTOPs one server of a cluster for longer than its
 	// clients need to notice a member that hangs with its connections
 	// open (hangMin–hangMax), while the others carry on: the lock must keep
@@ -43,7 +48,8 @@ const (
 )
 
 // AllKinds lists every kind the generator knows.
-var AllKinds = []Kind{KPauseHolder, KPauseServer, KKillRestart, KBlackhole, KDelayLink, KClockJump, KDropReplies, KDropAll}
+var AllKinds = []Kind{KPauseHolder, KPauseServer, KKillRestart, KBlackhole, KDelayLink, KClockJump, KDropReplies, KDropAll,
+	KLateRequest}
 
 // Mode of a randomized run.
 type Mode string
@@ -69,7 +75,7 @@ type Step struct {
 	Target int
 	Server int           // delay-link: the server whose link is slowed
 	Dur    time.Duration // how long the fault lasts (down time for kill-restart)
-	Param  time.Duration // delay-link: the latency each way
+	Param  time.Duration // delay-link: the latency each way; late-request: how long the request is held
 }
 
 // String is one line of a printed schedule.
@@ -82,6 +88,8 @@ func (s Step) String() string {
 		tgt = fmt.Sprintf("worker %d (replies)", s.Target)
 	case s.Kind == KDropAll:
 		tgt = "every worker (replies)"
+	case s.Kind == KLateRequest:
+		tgt = fmt.Sprintf("holder's next request, held %v", s.Param)
 	case s.Target >= 0:
 		tgt = fmt.Sprintf("server %d", s.Target)
 	}
@@ -175,6 +183,8 @@ func applicable(k Kind, tg *Target, m Mode) bool {
 		return true
 	case KBlackhole, KDelayLink, KDropReplies, KDropAll:
 		return tg.proxyable
+	case KLateRequest:
+		return tg.proxyable && tg.resends
 	case KPauseServer, KHangServer:
 		// Within: a minority of a cluster; never a single server.
 		return m == Beyond || (g.FailuresTolerated > 0 && !single)
@@ -302,6 +312,11 @@ func Generate(seed uint64, tg *Target, m Mode, o GenOptions) Schedule {
 			st.Dur = linkDur(500*time.Millisecond, 3*time.Second) // beyond go-redis's own retries
 		case KDropAll:
 			st.Dur = linkDur(500*time.Millisecond, 3*time.Second)
+		case KLateRequest:
+			// Whichever request comes next within the TTL is held past
+			// the read timeout (lateReadTimeout), short of the TTL.
+			st.Dur = tg.TTL
+			st.Param = between(tg.TTL/4, tg.TTL/2)
 		case KHangServer:
 			st.Target = rng.IntN(n)
 			st.Dur = between(hangMin, hangMax)

@@ -107,10 +107,12 @@ func main() {
 		idle     = flag.Duration("idle", 0, "upper bound of a random sleep after each release (0: none), so the key is free at times")
 		workload = flag.String("workload", "lock", "lock (acquire, write, release), election (campaign, write while leading, resign) or observe (follow the leaders)")
 		term     = flag.Duration("term", time.Second, "election: upper bound of a term's length before the leader resigns")
+		retune   = flag.Float64("retune", 0, "lock workload: while holding, every 1.5×ttl with this probability, refresh the lease to 3/10 of -ttl and at once to 3×ttl (a late copy of the short refresh must not cut the long one)")
 	)
 	flag.Parse()
 	w := &worker{url: *url, key: *key, dsn: *dsn, mode: *mode, logPath: *logPath, status: *status, workload: *workload,
-		id: *id, ops: *ops, duration: *duration, ttl: *ttl, think: *think, wait: *wait, idle: *idle, term: *term, seed: *seed}
+		id: *id, ops: *ops, duration: *duration, ttl: *ttl, think: *think, wait: *wait, idle: *idle, term: *term, seed: *seed,
+		retune: *retune}
 	if err := w.main(); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
@@ -124,6 +126,7 @@ type worker struct {
 	id, ops                                        int
 	duration, ttl, think, wait, idle, term         time.Duration
 	seed                                           uint64
+	retune                                         float64
 
 	rec    *recorder
 	locker distlock.Locker
@@ -225,7 +228,6 @@ func (w *worker) main() error {
 func (w *worker) lock(ctx context.Context, watchers *sync.WaitGroup) error {
 	rec, locker, pool, key, mode := w.rec, w.locker, w.pool, w.key, w.mode
 	setStatus, nap := w.setStatus, w.nap
-	restc := func(d time.Duration) error { rest(ctx, d); return nil }
 	for n := 0; w.ops == 0 || n < w.ops; n++ {
 		if ctx.Err() != nil {
 			return nil
@@ -252,6 +254,7 @@ func (w *worker) lock(ctx context.Context, watchers *sync.WaitGroup) error {
 		// Operations run on a context that SIGTERM does not cut, so a
 		// started write always finishes and is logged with its outcome.
 		octx, ocancel := context.WithTimeout(context.Background(), 20*time.Second)
+		restc := func(d time.Duration) error { w.hold(ctx, octx, lease, d); return nil }
 		_ = restc(nap())
 		setStatus("db " + strconv.FormatInt(tok, 10))
 		wr := Event{Ev: "write", T0: mono(), Token: tok, Holder: fence.Holder}
@@ -273,6 +276,25 @@ func (w *worker) lock(ctx context.Context, watchers *sync.WaitGroup) error {
 		}
 	}
 	return nil
+}
+
+// hold sits on lease for d (less once ctx ends), retuning its TTL every
+// 1.5 TTL with -retune's probability: a refresh to 3/10 of the TTL, then at
+// once one to 3×TTL, which is renewed a TTL later. A late copy of the
+// short refresh must not cut the long one back (late-request). The
+// refreshes' errors are the lease's: a loss shows on Done.
+func (w *worker) hold(ctx, octx context.Context, lease *distlock.Lease, d time.Duration) {
+	for end := time.Now().Add(d); ; {
+		if w.retune > 0 && w.rng.Float64() < w.retune && lease.Err() == nil {
+			_ = lease.Refresh(octx, distlock.WithTTL(3*w.ttl/10))
+			_ = lease.Refresh(octx, distlock.WithTTL(3*w.ttl))
+		}
+		left := time.Until(end)
+		if left <= 0 || ctx.Err() != nil {
+			return
+		}
+		rest(ctx, min(left, 3*w.ttl/2))
+	}
 }
 
 // stallMin is the shortest stall watchStalls logs: five ticks missed.
