@@ -29,7 +29,7 @@ func TestReviewLateOlderExtendRetakesAfterNewerExpired(t *testing.T) {
 	if got, err := redisnode.ExtendOn(ctx, c, k, "a", 200*time.Millisecond, r.Token, "n2", "", 2); err != nil || got != redisnode.ExtendRenewed {
 		t.Fatal(got, err)
 	}
-	time.Sleep(300 * time.Millisecond) // refresh 2's lock, and its sequence key, expire
+	time.Sleep(300 * time.Millisecond)                                                // refresh 2's lock, and its sequence key, expire
 	got, err := redisnode.ExtendOn(ctx, c, k, "a", time.Minute, r.Token, "n1", "", 1) // refresh 1, late
 	if err != nil {
 		t.Fatal(err)
