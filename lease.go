@@ -184,7 +184,10 @@ func (ls *Lease) refreshStart() (time.Time, error) {
 func (ls *Lease) refreshDone(ctx context.Context, start time.Time, ttl, validity time.Duration, err error) error {
 	if err != nil {
 		if errors.Is(err, ErrNotHeld) {
-			return notHeld(ls.Key(), ls.lostOnServer("the server no longer has it as ours: "+err.Error()))
+			// Given back all the same: the release marks the lease's owner
+			// as done on the server, so that an earlier request of the
+			// lease still on its way (a late acquire copy) takes nothing.
+			return notHeld(ls.Key(), ls.lost("the server no longer has it as ours: "+err.Error()))
 		}
 		// The call may have reached the server: a shorter TTL may now be
 		// in force there, so the lease cannot count on more than it.
@@ -392,8 +395,8 @@ func (ls *Lease) lost(why string) error {
 	return err
 }
 
-// lostOnServer ends the lease as lost when the server says the lock is no
-// longer ours: there is nothing to give back.
+// lostOnServer ends the lease as lost when the server said at its release
+// that the lock is no longer ours: that release gave back what there was.
 func (ls *Lease) lostOnServer(why string) error {
 	_, err := ls.endLost(why)
 	return err

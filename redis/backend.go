@@ -119,7 +119,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 				// Not durable enough: give the lock back rather than hand
 				// out a token that a failover could repeat.
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-				_, _ = redisnode.ReleaseOn(rctx, c, k, req.Owner, tombstone(req.TTL), req.Value != "")
+				_, _ = redisnode.ReleaseOn(rctx, c, k, req.Owner, redisnode.LateBound(req.TTL), req.Value != "")
 				cancel()
 				return err
 			}
@@ -214,15 +214,12 @@ func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) erro
 	return nil
 }
 
-// tombstone is how long a release remembers its owner: a copy of the
-// lease's acquire (or of an attempt given back) may still be on its way,
-// and a resent release must find what the first copy did.
-func tombstone(ttl time.Duration) time.Duration { return ttl + redisnode.GiveBackMargin }
-
 func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
-	// An attempt given back because its reply was lost (no Handle) has no
-	// known value, so its holder record goes too.
-	tomb := tombstone(g.TTL)
+	// The tombstone refuses a late copy of the lease's acquire, and tells a
+	// resent release what the first copy did. An attempt given back because
+	// its reply was lost (no Handle) has no known value, so its holder
+	// record goes too.
+	tomb := redisnode.LateBound(g.TTL)
 	var k Keys
 	if h, ok := g.Handle.(*handle); ok {
 		k = h.keys

@@ -17,6 +17,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/internal/testutil"
 	"github.com/distlock/distlock/redis"
@@ -154,4 +155,80 @@ func TestResentReleaseReportsSuccess(t *testing.T) {
 	if armed.Load() {
 		t.Fatal("the release's reply was not dropped: the test did not run its schedule")
 	}
+}
+
+// An attempt whose first copy is held up, and whose resend finds the key
+// held, is refused: nothing gives it back, as its outcome seems known. Once
+// the holder releases, the first copy lands on a free key: it must be
+// refused too, not take the key for nobody for its TTL.
+func TestLateCopyOfRefusedAttemptTakesNothing(t *testing.T) {
+	srv := testserver.Redis(t)
+	px := testutil.NewDelayProxy(t, srv.Addr(), lateDelay)
+	a := resendingLocker(t, px.Addr())
+	b := newLocker(t, srv.Addr())
+	const key = "late-refused"
+	ctx := t.Context()
+	loadScripts(t, a, "late-refused-warm")
+	lb, err := b.TryAcquire(ctx, key, distlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.HoldNext(1, []byte(key+"}")) // A's attempt's first copy
+	_, err = a.TryAcquire(ctx, key, distlock.WithTTL(30*time.Second))
+	if !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("A's attempt (answered by the resent copy, B holding): %v, want ErrNotAcquired", err)
+	}
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(lateDelay + 300*time.Millisecond) // the late first copy landed
+	h, err := b.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, err := b.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("key stranded by the late copy of A's failed attempt (Inspect: held=%v ttl=%v token=%d): %v",
+			h.Held, h.TTL.Round(time.Second), h.Token, err)
+	}
+	_ = lc.Release(context.WithoutCancel(ctx))
+}
+
+// A lease whose lock the server expired early (a server clock step: the
+// PEXPIRE) learns it at its next refresh and ends lost. A late copy of its
+// acquire must not take the key again afterwards: the lease is given back,
+// which leaves its owner's tombstone.
+func TestLateAcquireCopyAfterLossTakesNothing(t *testing.T) {
+	srv := testserver.Redis(t)
+	px := testutil.NewDelayProxy(t, srv.Addr(), lateDelay)
+	a := resendingLocker(t, px.Addr())
+	b := newLocker(t, srv.Addr())
+	const key = "late-lost"
+	ctx := t.Context()
+	loadScripts(t, a, "late-lost-warm")
+	px.HoldNext(1, []byte(key+"}"))
+	la, err := a.TryAcquire(ctx, key, distlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatalf("acquire (answered by the resent copy): %v", err)
+	}
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	if err := admin.PExpire(ctx, redisnode.KeysFor(redis.DefaultPrefix, key).Lock, 50*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := la.Refresh(ctx); !errors.Is(err, distlock.ErrLeaseLost) {
+		t.Fatalf("refresh after the early expiry: %v, want ErrLeaseLost", err)
+	}
+	time.Sleep(lateDelay + 300*time.Millisecond) // the acquire's first copy landed
+	h, err := b.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("a lease that ended lost (%v) was taken again by its own late acquire copy (Inspect: held=%v token=%d ttl=%v; lease token %d): %v",
+			la.Err(), h.Held, h.Token, h.TTL.Round(time.Second), la.Token(), err)
+	}
+	_ = lb.Release(context.WithoutCancel(ctx))
 }

@@ -158,3 +158,111 @@ func TestResentReleaseCountsOnBareMajority(t *testing.T) {
 		t.Fatal("node 0's release reply was not dropped: the test did not run its schedule")
 	}
 }
+
+// A lease tries to lengthen itself; the extend's copies to two of three
+// nodes are held up (the refresh fails for want of a quorum), and the
+// lease is released. The held copies landing after the release must not
+// take the lock back: the release's tombstone refuses them for the TTL and
+// the margin a copy may be late by.
+func TestLateExtendCopyAfterReleaseTakesNothing(t *testing.T) {
+	srvs := testserver.RedisN(t, 3)
+	const delay = 2500 * time.Millisecond
+	var cs []goredis.UniversalClient
+	var pxs []*testutil.DelayProxy
+	for i, s := range srvs {
+		addr := s.Addr()
+		if i < 2 {
+			px := testutil.NewDelayProxy(t, addr, delay)
+			pxs = append(pxs, px)
+			addr = px.Addr()
+		}
+		cs = append(cs, goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, DialTimeout: time.Second}))
+	}
+	a, err := redlock.New(cs, redlock.WithCloseClients(true), redlock.WithNodeTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b := newLocker(t, srvs)
+	loadScripts(t, srvs)
+	const key = "late-extend-after-release"
+	ctx := t.Context()
+	la, err := a.TryAcquire(ctx, key, distlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, px := range pxs {
+		px.HoldNext(1, []byte("\r\n30000\r\n")) // the 30 s extend's copies to nodes 0 and 1
+	}
+	err = la.Refresh(ctx, distlock.WithTTL(30*time.Second))
+	t.Logf("30 s refresh, held up on two nodes: %v", err)
+	if err := la.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	time.Sleep(delay + 500*time.Millisecond) // the held copies landed
+	h, err := b.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.TryAcquire(ctx, key)
+	if err == nil {
+		_ = lb.Release(context.WithoutCancel(ctx))
+		return
+	}
+	if !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatal(err)
+	}
+	t.Fatalf("A released (token %d), yet its late extend copies took the key back: Inspect held=%v token=%d ttl=%v; B: %v",
+		la.Token(), h.Held, h.Token, h.TTL.Round(time.Second), err)
+}
+
+// Node clients that read with a timeout below the node timeout, so go-redis
+// resends a phase-1 acquire while its first copy is held up. The resends
+// find the key held and the attempt fails; the held copies landing after
+// the holder released must be refused, not take the nodes for nobody.
+func TestLatePhaseOneCopyOfRefusedAttemptTakesNothing(t *testing.T) {
+	srvs := testserver.RedisN(t, 3)
+	const delay = 1500 * time.Millisecond
+	var cs []goredis.UniversalClient
+	var pxs []*testutil.DelayProxy
+	for _, s := range srvs {
+		px := testutil.NewDelayProxy(t, s.Addr(), delay)
+		pxs = append(pxs, px)
+		cs = append(cs, goredis.NewClient(&goredis.Options{Addr: px.Addr(), ContextTimeoutEnabled: true,
+			DialTimeout: time.Second, ReadTimeout: 200 * time.Millisecond}))
+	}
+	a, err := redlock.New(cs, redlock.WithCloseClients(true), redlock.WithNodeTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b := newLocker(t, srvs)
+	loadScripts(t, srvs)
+	const key = "late-phase1-held-out"
+	ctx := t.Context()
+	lb, err := b.TryAcquire(ctx, key, distlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, px := range pxs {
+		px.HoldNext(1, []byte(key+"}")) // A's phase-1 first copies
+	}
+	_, err = a.TryAcquire(ctx, key, distlock.WithTTL(30*time.Second))
+	if !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatalf("A's attempt (answered by the resent copies, B holding): %v, want ErrNotAcquired", err)
+	}
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(delay + 300*time.Millisecond) // the late first copies landed
+	h, err := b.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, err := b.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("key stranded by the late phase-1 copies of A's failed attempt (Inspect: held=%v ttl=%v): %v",
+			h.Held, h.TTL.Round(time.Second), err)
+	}
+	_ = lc.Release(context.WithoutCancel(ctx))
+}

@@ -43,13 +43,9 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	}
 	nt := b.timeout(ttl)
 	n := len(b.nodes)
-	tomb := ttl
-	if g.Handle == nil {
-		// A give-back: its requests may still be on their way to the
-		// nodes, and this one call must cover them (see
-		// redisnode.GiveBackMargin).
-		tomb += redisnode.GiveBackMargin
-	}
+	// Requests of the lease or attempt may still be on their way to the
+	// nodes (a late phase-1 or extend copy): the tombstone refuses them.
+	tomb := redisnode.LateBound(ttl)
 	if h, ok := g.Handle.(*handle); ok {
 		h.settle(ctx, nt)
 	}

@@ -127,16 +127,22 @@ type AcquireResult struct {
 // token, to the holder record k.Holder, which expires with the lock; with
 // "" the record is not touched.
 func AcquireOn(ctx context.Context, c Doer, k Keys, owner string, ttl time.Duration, value string) (AcquireResult, error) {
-	gone, ms := k.GoneFor(owner), millis(ttl)
-	return acquireResult(acquire.run(ctx, c, func() []any { return acquireWords(k, gone, owner, ms, value) }))
+	gone, ms, tomb := k.GoneFor(owner), millis(ttl), millis(LateBound(ttl))
+	return acquireResult(acquire.run(ctx, c, func() []any { return acquireWords(k, gone, owner, ms, tomb, value) }))
 }
 
-func acquireWords(k Keys, gone, owner string, ms int64, value string) []any {
+func acquireWords(k Keys, gone, owner string, ms, tomb int64, value string) []any {
 	if value == "" {
-		return []any{nil, nil, 3, k.Lock, k.Counter, gone, owner, ms}
+		return []any{nil, nil, 3, k.Lock, k.Counter, gone, owner, ms, tomb}
 	}
-	return []any{nil, nil, 4, k.Lock, k.Counter, gone, k.Holder, owner, ms, value}
+	return []any{nil, nil, 4, k.Lock, k.Counter, gone, k.Holder, owner, ms, tomb, value}
 }
+
+// LateBound is how long a node remembers what a request of an attempt or
+// lease decided, against a copy of an earlier request that lands late: a
+// refused attempt, a refresh sequence past its lock, a release's tombstone.
+// The TTL, and a margin for a copy held up past it.
+func LateBound(ttl time.Duration) time.Duration { return ttl + GiveBackMargin }
 
 // A Call is one script call's words, built (and each argument boxed) once
 // and sent to many nodes, as Redlock's rounds are: each send gets a copy of
@@ -153,7 +159,7 @@ func (c Call) send(ctx context.Context, d Doer) *goredis.Cmd {
 
 // AcquireCall is AcquireOn's call, to send with Acquire.
 func AcquireCall(k Keys, owner string, ttl time.Duration, value string) Call {
-	return Call{script: acquire, words: acquireWords(k, k.GoneFor(owner), owner, millis(ttl), value)}
+	return Call{script: acquire, words: acquireWords(k, k.GoneFor(owner), owner, millis(ttl), millis(LateBound(ttl)), value)}
 }
 
 // Acquire sends an AcquireCall to one node: AcquireOn.
@@ -168,10 +174,10 @@ func (c Call) Acquire(ctx context.Context, d Doer) (AcquireResult, error) {
 // or, while the lock is free, the first waiter's time left to take it. A
 // waiter's place lapses window after the time it was told to wait.
 func AcquireFairOn(ctx context.Context, c Doer, k Keys, owner string, ttl time.Duration, value, waiter string, window time.Duration) (AcquireResult, error) {
-	gone, ms := k.GoneFor(owner), millis(ttl)
+	gone, ms, tomb := k.GoneFor(owner), millis(ttl), millis(LateBound(ttl))
 	waiters, deadlines := k.Queue()
 	return acquireResult(acquire.run(ctx, c, func() []any {
-		return []any{nil, nil, 6, k.Lock, k.Counter, gone, k.Holder, waiters, deadlines, owner, ms, value, waiter, millis(window), k.Channel}
+		return []any{nil, nil, 6, k.Lock, k.Counter, gone, k.Holder, waiters, deadlines, owner, ms, tomb, value, waiter, millis(window), k.Channel}
 	}))
 }
 
@@ -217,7 +223,7 @@ func acquireResult(cmd *goredis.Cmd) (AcquireResult, error) {
 // higher-numbered one ran changes nothing. It reports whether the lock was
 // ours.
 func RefreshOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration, withValue bool, seq uint64) (bool, error) {
-	n, err := refreshScript.Run(ctx, c, refreshKeys(k, withValue), owner, millis(ttl), seqArg(seq)).Int64()
+	n, err := refreshScript.Run(ctx, c, refreshKeys(k, withValue), owner, millis(ttl), seqArg(seq), millis(LateBound(ttl))).Int64()
 	if err != nil {
 		return false, fmt.Errorf("refresh script: %w", err)
 	}
@@ -262,9 +268,9 @@ func RefreshManyOn(ctx context.Context, c goredis.UniversalClient, locks []Refre
 	calls := make(batch, len(locks))
 	for i, l := range locks {
 		if l.WithValue {
-			calls[i] = []any{nil, nil, 3, l.Keys.Lock, l.Keys.Seq, l.Keys.Holder, l.Owner, millis(l.TTL), seqArg(l.Seq)}
+			calls[i] = []any{nil, nil, 3, l.Keys.Lock, l.Keys.Seq, l.Keys.Holder, l.Owner, millis(l.TTL), seqArg(l.Seq), millis(LateBound(l.TTL))}
 		} else {
-			calls[i] = []any{nil, nil, 2, l.Keys.Lock, l.Keys.Seq, l.Owner, millis(l.TTL), seqArg(l.Seq)}
+			calls[i] = []any{nil, nil, 2, l.Keys.Lock, l.Keys.Seq, l.Owner, millis(l.TTL), seqArg(l.Seq), millis(LateBound(l.TTL))}
 		}
 	}
 	ok = make([]bool, len(locks))
@@ -309,7 +315,8 @@ func NewExtendBatch(locks []Extend) *ExtendBatch {
 		if l.Token < 0 {
 			continue // as ExtendOn: On reports it
 		}
-		fast[i] = []any{nil, nil, 4, l.Keys.Lock, l.Keys.Holder, l.Keys.Retake, l.Keys.Seq, l.Owner, millis(l.TTL), l.Nonce, seqArg(l.Seq)}
+		fast[i] = []any{nil, nil, 4, l.Keys.Lock, l.Keys.Holder, l.Keys.Retake, l.Keys.Seq, l.Owner, millis(l.TTL), l.Nonce, seqArg(l.Seq),
+			millis(LateBound(l.TTL))}
 	}
 	return &ExtendBatch{locks: locks, fast: fast}
 }
@@ -354,7 +361,8 @@ func (b *ExtendBatch) On(ctx context.Context, c goredis.UniversalClient) (res []
 	for _, i := range rest {
 		l := b.locks[i]
 		repair[i] = []any{nil, nil, 6, l.Keys.Lock, l.Keys.Counter, l.Keys.GoneFor(l.Owner), l.Keys.Retake,
-			l.Keys.Holder, l.Keys.Seq, l.Owner, millis(l.TTL), strconv.FormatInt(int64(l.Token), 10), l.Nonce, l.Value, seqArg(l.Seq)}
+			l.Keys.Holder, l.Keys.Seq, l.Owner, millis(l.TTL), strconv.FormatInt(int64(l.Token), 10), l.Nonce, l.Value, seqArg(l.Seq),
+			millis(LateBound(l.TTL))}
 	}
 	repair.send(ctx, c, extendWords, "extend", rest, errs, func(i int, n int64) error {
 		if n < 0 || n > 2 {
@@ -535,7 +543,7 @@ func ExtendOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl
 		return 0, errors.New("extend script: negative token")
 	}
 	n, err := extendScript.Run(ctx, c, extendKeys(k, owner), owner, millis(ttl),
-		strconv.FormatInt(int64(token), 10), nonce, value, seqArg(seq)).Int64()
+		strconv.FormatInt(int64(token), 10), nonce, value, seqArg(seq), millis(LateBound(ttl))).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("extend script: %w", err)
 	}

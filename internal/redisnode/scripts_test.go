@@ -62,7 +62,9 @@ func TestRaiseToken(t *testing.T) {
 	if ok, err := redisnode.ReleaseOn(ctx, c, k, "me", 0, false); err != nil || !ok {
 		t.Fatalf("ReleaseOn = %v, %v", ok, err)
 	}
-	r, err = redisnode.AcquireOn(ctx, c, k, "you", time.Millisecond/2, "") // rounds up to 1ms, not PX 0
+	// A new owner: "you" was refused above, and a refused attempt stays
+	// refused (a late copy of it must take nothing).
+	r, err = redisnode.AcquireOn(ctx, c, k, "them", time.Millisecond/2, "") // rounds up to 1ms, not PX 0
 	if err != nil || !r.Acquired || r.Token != big+1 {
 		t.Fatalf("AcquireOn after raise = %+v, %v; want token %d", r, err, big+1)
 	}
@@ -531,5 +533,31 @@ func TestReleaseCopyReportsFirstOutcome(t *testing.T) {
 	}
 	if ok, err := redisnode.ReleaseOn(ctx, c, k, "them", time.Minute, false); err != nil || ok {
 		t.Fatalf("its copy = %v, %v; want not released again", ok, err)
+	}
+}
+
+// A copy of an older refresh that lands after a newer one ran, and after
+// the lock the newer one set expired, must not take the lock back: the
+// refresh sequence outlives the lock by the late bound.
+func TestOlderExtendCopyAfterExpiryTakesNothing(t *testing.T) {
+	srv := testserver.Redis(t)
+	c := newClient(t, srv.Addr())
+	ctx := t.Context()
+	k := redisnode.KeysFor("older:", "k")
+	r, err := redisnode.AcquireOn(ctx, c, k, "a", 10*time.Second, "")
+	if err != nil || !r.Acquired {
+		t.Fatal(r, err)
+	}
+	if got, err := redisnode.ExtendOn(ctx, c, k, "a", 200*time.Millisecond, r.Token, "n2", "", 2); err != nil || got != redisnode.ExtendRenewed {
+		t.Fatal(got, err)
+	}
+	time.Sleep(300 * time.Millisecond)                                                // refresh 2's lock, and its sequence key, expire
+	got, err := redisnode.ExtendOn(ctx, c, k, "a", time.Minute, r.Token, "n1", "", 1) // refresh 1, late
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != redisnode.ExtendHeldByOther {
+		d, _ := c.PTTL(ctx, k.Lock).Result()
+		t.Fatalf("a late copy of refresh 1, after refresh 2 ran and expired, answered %v: the lock is back for %v", got, d.Round(time.Second))
 	}
 }

@@ -1,14 +1,18 @@
 -- Take a lock and hand out its fencing token, in one round trip.
 -- KEYS[1] lock key, KEYS[2] token counter (same hash slot, never expires),
--- KEYS[3] this owner's tombstone key (set by a release of it, see release.lua),
--- KEYS[4] (with ARGV[3] only) holder record (a hash: owner, token, value)
+-- KEYS[3] this owner's tombstone key (set by a release of it, see release.lua,
+-- or by this script when it refuses the attempt),
+-- KEYS[4] (with ARGV[4] only) holder record (a hash: owner, token, value)
 -- ARGV[1] owner value (unique to the attempt), ARGV[2] TTL in milliseconds,
--- ARGV[3] (optional) the holder's value: when given and not '', the record
+-- ARGV[3] how long a refused attempt is remembered, in milliseconds: a copy
+-- of it that lands later (go-redis resent it past its read timeout while
+-- the first copy was held up) must not take the lock once it is free,
+-- ARGV[4] (optional) the holder's value: when given and not '', the record
 -- is written with the lock and expires with it; without it nothing else is
 -- touched
--- Fair waits (the redis backend's WithFairQueue), with ARGV[4] only:
--- ARGV[4] the waiter (the same on every attempt of one waiting Acquire),
--- ARGV[5] the hand-off window in ms, ARGV[6] the release-notice channel;
+-- Fair waits (the redis backend's WithFairQueue), with ARGV[5] only:
+-- ARGV[5] the waiter (the same on every attempt of one waiting Acquire),
+-- ARGV[6] the hand-off window in ms, ARGV[7] the release-notice channel;
 -- KEYS[5] the waiters in the order they came (score: µs), KEYS[6] each
 -- waiter's deadline (ms). A waiter takes a free lock only when no live
 -- waiter came before it; until then it is queued and told how long to wait. A place lapses when its waiter does not
@@ -24,16 +28,16 @@
 -- decode.
 -- Four commands when the lock is free (this runs on every acquire).
 if redis.call('EXISTS', KEYS[3]) == 1 then
-  -- This attempt was given back already: a late copy of it must not take
-  -- the lock for nobody. (Its lock cannot be there: the release that left
-  -- the tombstone deleted it.)
+  -- This attempt was refused or given back already: a late copy of it must
+  -- not take the lock for nobody. (Its lock cannot be there: the release
+  -- that left the tombstone deleted it.)
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl < 0 then
     pttl = 0
   end
   return pttl
 end
-local waiter, nowms, nowus = ARGV[4], 0, 0
+local waiter, nowms, nowus = ARGV[5], 0, 0
 local function clock()
   local t = redis.call('TIME')
   nowms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -46,12 +50,18 @@ end
 -- ahead of it; the first waiter's is cut to a window as soon as the lock is
 -- seen free (a release, or another waiter's look).
 local placeSlack = 5000
+-- refuse remembers this attempt as refused (see ARGV[3]); not as released:
+-- Redlock's refresh may still take a lock back for this owner where a node
+-- refused its attempt (extend.lua).
+local function refuse()
+  redis.call('SET', KEYS[3], 'refused', 'PX', ARGV[3])
+end
 local function queue(wait)
   if nowus == 0 then
     clock()
   end
   redis.call('ZADD', KEYS[5], 'NX', nowus, waiter)
-  redis.call('ZADD', KEYS[6], nowms + wait + tonumber(ARGV[5]) + placeSlack, waiter)
+  redis.call('ZADD', KEYS[6], nowms + wait + tonumber(ARGV[6]) + placeSlack, waiter)
   local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')[2]
   redis.call('PEXPIREAT', KEYS[5], last)
   redis.call('PEXPIREAT', KEYS[6], last)
@@ -93,10 +103,11 @@ if waiter then
     else
       -- Free: the first waiter has one window from when it is first seen
       -- free with that waiter first (after a release, a lapse, a dequeue).
-      redis.call('ZADD', KEYS[6], 'XX', 'LT', nowms + tonumber(ARGV[5]), head)
+      redis.call('ZADD', KEYS[6], 'XX', 'LT', nowms + tonumber(ARGV[6]), head)
       wait = tonumber(redis.call('ZSCORE', KEYS[6], head)) - nowms
     end
-    return queue(math.max(math.min(wait, tonumber(ARGV[5])), 1))
+    refuse()
+    return queue(math.max(math.min(wait, tonumber(ARGV[6])), 1))
   end
   first = head == waiter
 end
@@ -118,6 +129,7 @@ if cur == ARGV[1] then
   return redis.call('GET', KEYS[2])
 end
 if cur then
+  refuse()
   local pttl = redis.call('PTTL', KEYS[1])
   if waiter then
     return queue(math.max(pttl, 1))
@@ -155,11 +167,11 @@ else
   end
   token = redis.call('GET', KEYS[2])
 end
-if ARGV[3] and ARGV[3] ~= '' then
-  redis.call('HSET', KEYS[4], 'owner', ARGV[1], 'token', token, 'value', ARGV[3])
+if ARGV[4] and ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[4], 'owner', ARGV[1], 'token', token, 'value', ARGV[4])
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
 end
 if announce then
-  redis.call('PUBLISH', ARGV[6], '=')
+  redis.call('PUBLISH', ARGV[7], '=')
 end
 return token

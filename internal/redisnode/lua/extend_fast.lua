@@ -7,7 +7,8 @@
 -- KEYS[1] lock key, KEYS[2] holder record, KEYS[3] retake marker, KEYS[4]
 -- the lease's refresh sequence (see refresh.lua)
 -- ARGV[1] owner value, ARGV[2] TTL in milliseconds, ARGV[3] the refresh's
--- nonce, ARGV[4] its sequence number
+-- nonce, ARGV[4] its sequence number, ARGV[5] how long the sequence
+-- outlives the lock (see refresh.lua)
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
@@ -28,6 +29,6 @@ if last then
     return 1 -- a newer refresh ran: this late copy changes nothing
   end
 end
-redis.call('SET', KEYS[4], ARGV[4] .. ':' .. ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[4], ARGV[4] .. ':' .. ARGV[1], 'PX', ARGV[5])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])

@@ -6,7 +6,8 @@
 -- sequence (see refresh.lua)
 -- ARGV[1] owner value, ARGV[2] TTL in milliseconds, ARGV[3] the lease's
 -- token (decimal), ARGV[4] a nonce unique to this refresh, ARGV[5] the
--- holder's value ('' for none), ARGV[6] this refresh's sequence number
+-- holder's value ('' for none), ARGV[6] this refresh's sequence number,
+-- ARGV[7] how long the sequence outlives the lock (see refresh.lua)
 -- A copy of an older refresh that lands after a newer one ran here (go-redis
 -- resent it, or it was held up) changes nothing: it neither shortens nor
 -- lengthens the lock, nor takes it back.
@@ -34,7 +35,7 @@ if cur == ARGV[1] then
   if superseded then
     return 1
   end
-  redis.call('SET', KEYS[6], ARGV[6] .. ':' .. ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', KEYS[6], ARGV[6] .. ':' .. ARGV[1], 'PX', ARGV[7])
   local n = redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if redis.call('HGET', KEYS[5], 'owner') ~= ARGV[1] then
     redis.call('HSET', KEYS[5], 'owner', ARGV[1], 'token', ARGV[3], 'value', ARGV[5])
@@ -42,7 +43,10 @@ if cur == ARGV[1] then
   redis.call('PEXPIRE', KEYS[5], ARGV[2])
   return n
 end
-if cur or superseded or redis.call('EXISTS', KEYS[3]) == 1 then
+-- Released (a tombstone '0' or '1'; 'refused' only marks an attempt of
+-- this owner that a node refused, which the lease may still repair).
+local gone = redis.call('GET', KEYS[3])
+if cur or superseded or gone == '0' or gone == '1' then
   return 0
 end
 -- MUTATION redlock-no-repair (cmd/internal/faults TestMutations; never loaded

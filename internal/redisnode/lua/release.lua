@@ -12,7 +12,8 @@
 -- again after the release. The tombstone also keeps this release's outcome
 -- ('1' freed the lock, '0' found it gone or someone else's): a copy of the
 -- release that comes again (resent after a lost reply, or late) reports
--- what the first one did, and changes nothing.
+-- what the first one did, and changes nothing. (A tombstone 'refused', left
+-- by acquire.lua for a refused attempt, is no release: it becomes '0'.)
 -- The holder record goes with the lock: it is ours, or a stale one of an
 -- earlier holder (records are written only while their owner holds the
 -- lock), so nobody else's.
@@ -26,11 +27,11 @@
 local tomb = tonumber(ARGV[3])
 local before = tomb > 0 and redis.call('GET', KEYS[2])
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  if before then
+  if before == '1' or before == '0' then
     return tonumber(before)
   end
   if tomb > 0 then
-    redis.call('SET', KEYS[2], '0', 'PX', tomb)
+    redis.call('SET', KEYS[2], '0', 'PX', math.max(tomb, redis.call('PTTL', KEYS[2])))
   end
   return 0
 end
