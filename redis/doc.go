@@ -17,10 +17,13 @@
 //
 // Any request may land late or twice: go-redis resends a command after a
 // read timeout while the first copy may still be on its way. So each
-// refresh carries the lease's refresh number, kept with the lock, and a
+// refresh carries the lease's refresh number, kept for TTL + 5 s, and a
 // copy older than the newest applied changes nothing; every release leaves
 // a tombstone for TTL + 5 s that refuses a late acquire copy of its owner
-// and makes a resent release report what the first copy did.
+// and makes a resent release report what the first copy did; and a refused
+// attempt is remembered as long, so its late copy cannot take the key once
+// it is free. A hot key so keeps about releases per second × (TTL + 5 s)
+// short-lived tombstones.
 //
 // Waiters are woken by the release's PUBLISH, through one shared pub/sub
 // connection per Locker, opened at the first wait; a notice that is lost
@@ -34,7 +37,7 @@
 //	distlock:{orders/42}            the lock: owner value, PX expiry
 //	distlock:{orders/42}:token      the token counter, no expiry
 //	distlock:{orders/42}:holder     the holder record (hash: owner, token, value), only with WithValue
-//	distlock:{orders/42}:seq        the holder's last refresh number, expiring with the lock
+//	distlock:{orders/42}:seq        the holder's last refresh number (TTL + 5 s)
 //	distlock:{orders/42}:released   the pub/sub channel of release notices
 //
 // The braces are a Cluster hash tag: lock, counter and holder record share
@@ -42,7 +45,7 @@
 // ("%25", "%7D"), so distinct keys stay distinct. Set the prefix with
 // [WithKeyPrefix]; [distlock.Lease.As] with a *[Keys] gives a lease's key
 // names. Short-lived tombstones (distlock:{orders/42}:gone:<owner value>)
-// keep a late copy of a released attempt from taking the lock again.
+// keep a late copy of a released or refused attempt from taking the lock.
 // With [WithFairQueue], distlock:{orders/42}:waiters and
 // :waiter-deadlines (sorted sets) hold the waiters; they expire with the
 // last waiter's deadline.

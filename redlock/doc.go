@@ -118,13 +118,17 @@
 // evict them (this backend does not check the policy; see package redis).
 //
 // A node call, once sent, runs to its answer or the node timeout whatever
-// its caller does, and its answer still updates what the lease knows. A
-// release leaves a tombstone of the lease's owner value on every node it
-// reaches, for one TTL, which a late acquire or repairing refresh of that
-// lease honours, so such a straggler cannot set the lock again after the
-// release. A node that is paused (not dead) when the release is sent can
-// still run a request buffered in its socket when it resumes: the lock then
-// sits on that one node, a minority, until its TTL.
+// its caller does, and its answer still updates what the lease knows. Any
+// request may also land late, after the call gave up on it, or twice: so
+// each refresh carries the lease's refresh number, kept on the node for
+// TTL + 5 s, and a copy older than the newest applied changes nothing
+// there; a release leaves a tombstone of the lease's owner value on every
+// node it reaches, for TTL + 5 s, which a late acquire or repairing refresh
+// of that lease honours, and which makes a resent release count the node as
+// released; and a node that refuses an attempt remembers it as refused for
+// as long, so a late copy of that attempt takes nothing there. A request
+// buffered in a paused node's socket for longer than that can still land:
+// the lock then sits on that one node, a minority, until its TTL.
 //
 // Waiters are woken by release notices, not in FIFO order.
 //

@@ -13,9 +13,9 @@ type Keys struct {
 	Lock    string // the lock: owner value, with a PX expiry
 	Counter string // the fencing-token counter: advanced per grant, never expires
 	Channel string // pub/sub channel of release notices (not a key)
-	Gone    string // prefix of the tombstones of recent releases, one per owner (see GoneFor)
+	Gone    string // prefix of the tombstones of recent releases and refusals, one per owner (see GoneFor)
 	Retake  string // Redlock: the nonce of the refresh that last took the lock back
-	Seq     string // the holding lease's last refresh, "<seq>:<owner>", expiring with the lock
+	Seq     string // the holding lease's last refresh, "<seq>:<owner>", kept TTL + 5 s (LateBound)
 	// Holder is the holder record: a hash of the lock's owner, its token
 	// and its value (WithValue), expiring with the lock. Readers trust it
 	// only while its owner field equals the lock's value.
@@ -28,8 +28,9 @@ func (k Keys) Queue() (waiters, deadlines string) {
 	return k.Lock + ":waiters", k.Lock + ":waiter-deadlines"
 }
 
-// GoneFor names owner's tombstone: it exists, for about a TTL, once a
-// release of owner ran, so that a late acquire or retake of owner is refused.
+// GoneFor names owner's tombstone: it exists, for TTL + 5 s, once a
+// release of owner ran or an attempt of owner was refused, so that a late
+// copy of its acquire (or, after a release, of its retake) is refused.
 func (k Keys) GoneFor(owner string) string { return k.Gone + ":" + owner }
 
 // KeysFor returns the layout of key under prefix:
@@ -40,7 +41,7 @@ func (k Keys) GoneFor(owner string) string { return k.Gone + ":" + owner }
 //	<prefix>{<key>}:gone:<o>   tombstone of owner o's release (short-lived)
 //	<prefix>{<key>}:retake     Redlock's retake marker (short-lived)
 //	<prefix>{<key>}:holder     holder record: owner, token, value (expires with the lock)
-//	<prefix>{<key>}:seq        the holder's last refresh (expires with the lock)
+//	<prefix>{<key>}:seq        the holder's last refresh (TTL + 5 s)
 //	<prefix>{<key>}:waiters    fair queue: waiters by arrival (WithFairQueue; expires with the last)
 //	<prefix>{<key>}:waiter-deadlines  fair queue: each waiter's deadline
 //
