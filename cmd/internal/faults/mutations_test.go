@@ -105,7 +105,7 @@ func mutationCases() []mutationCase {
 			why: "rolling restarts of one Redlock node at a time (within the tolerance): without the retake a healthy holder's lease shrinks below a majority and is lost. " +
 				"The script restarts nodes 0 and 1 while the first holder sits on its lease (think 14 s: at least 7 s)"},
 		{name: "refresh-unordered", mutation: "refresh-unordered", backend: "redis", mode: Within, kinds: []Kind{KLateRequest}, seed: 7,
-			expect: []string{RuleMutex, RuleLossNotice}, span: 12 * time.Second, settle: 3 * time.Second, gap: 500 * time.Millisecond,
+			expect: []string{RuleMutex, RuleLossNotice}, span: 20 * time.Second, settle: 3 * time.Second, gap: 400 * time.Millisecond,
 			// Waiters give up every 300 ms and try again: a lock cut short
 			// sends no release notice, and a waiter would sleep until the
 			// expiry the holder's last refresh promised.

@@ -171,7 +171,7 @@ func RunRandom(t testing.TB, sh *Shared, tg *Target, cfg RandomConfig) RandomRow
 	if _, _, err := env.waitHolder(ctx); err != nil {
 		t.Logf("the schedule starts without a holder: %v", err)
 	}
-	f := &faulter{env: env, busy: map[int]bool{}, paused: map[int]bool{}}
+	f := &faulter{env: env, busy: map[int]bool{}, paused: map[int]bool{}, late: map[int]bool{}}
 	start := Mono()
 	var wg sync.WaitGroup
 	applied := make([]Applied, len(sched.Steps))
@@ -231,6 +231,7 @@ type faulter struct {
 	mu     sync.Mutex
 	busy   map[int]bool // servers under a fault
 	paused map[int]bool // workers stopped
+	late   map[int]bool // workers with a request on hold: one at a time, or the resend's new connection is held too
 	seq    int
 }
 
@@ -263,6 +264,22 @@ func (f *faulter) claimServer(i int) bool {
 	}
 	f.busy[i] = true
 	return true
+}
+
+func (f *faulter) claimLate(w int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.late[w] {
+		return false
+	}
+	f.late[w] = true
+	return true
+}
+
+func (f *faulter) freeLate(w int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.late, w)
 }
 
 func (f *faulter) freeServer(i int) {
@@ -390,6 +407,10 @@ func (f *faulter) apply(ctx context.Context, st Step) Applied {
 		if err != nil {
 			return fail("%v", err)
 		}
+		if !f.claimLate(w.ID) {
+			return fail("worker %d has a request on hold already", w.ID)
+		}
+		defer f.freeLate(w.ID)
 		a.Worker, a.Start = w.ID, Mono()
 		rm, err := f.toxicOn(w.ID, -1, "late", fmt.Sprintf(`{"hold":%d,"count":1}`, st.Param.Milliseconds()), "upstream")
 		if err != nil {
