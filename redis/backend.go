@@ -119,7 +119,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 				// Not durable enough: give the lock back rather than hand
 				// out a token that a failover could repeat.
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-				_, _ = redisnode.ReleaseOn(rctx, c, k, req.Owner, redisnode.LateBound(req.TTL), req.Value != "")
+				_, _ = redisnode.ReleaseOn(rctx, c, k, req.Owner, redisnode.MaxLate, req.Value != "")
 				cancel()
 				return err
 			}
@@ -219,7 +219,7 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	// resent release what the first copy did. An attempt given back because
 	// its reply was lost (no Handle) has no known value, so its holder
 	// record goes too.
-	tomb := redisnode.LateBound(g.TTL)
+	tomb := redisnode.MaxLate
 	var k Keys
 	if h, ok := g.Handle.(*handle); ok {
 		k = h.keys

@@ -17,12 +17,13 @@
 //
 // Any request may land late or twice: go-redis resends a command after a
 // read timeout while the first copy may still be on its way. So each
-// refresh carries the lease's refresh number, kept for TTL + 5 s, and a
-// copy older than the newest applied changes nothing; every release leaves
-// a tombstone for TTL + 5 s that refuses a late acquire copy of its owner
+// refresh carries the lease's refresh number, kept until 5 s past its lock,
+// and a copy older than the newest applied changes nothing; every release
+// leaves a tombstone for 5 s that refuses a late acquire copy of its owner
 // and makes a resent release report what the first copy did; and a refused
 // attempt is remembered as long, so its late copy cannot take the key once
-// it is free. A hot key so keeps about releases per second × (TTL + 5 s)
+// it is free. A copy held up in the network for longer than 5 s may still
+// land. A hot key keeps about (releases + refused attempts) per second × 5 s
 // short-lived tombstones.
 //
 // Waiters are woken by the release's PUBLISH, through one shared pub/sub
@@ -37,7 +38,7 @@
 //	distlock:{orders/42}            the lock: owner value, PX expiry
 //	distlock:{orders/42}:token      the token counter, no expiry
 //	distlock:{orders/42}:holder     the holder record (hash: owner, token, value), only with WithValue
-//	distlock:{orders/42}:seq        the holder's last refresh number (TTL + 5 s)
+//	distlock:{orders/42}:seq        the holder's last refresh number (until 5 s past the lock)
 //	distlock:{orders/42}:released   the pub/sub channel of release notices
 //
 // The braces are a Cluster hash tag: lock, counter and holder record share

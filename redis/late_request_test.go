@@ -232,3 +232,88 @@ func TestLateAcquireCopyAfterLossTakesNothing(t *testing.T) {
 	}
 	_ = lb.Release(context.WithoutCancel(ctx))
 }
+
+// A lease acquired for 30 s whose acquire's first copy is held up (4 s,
+// within redisnode.MaxLate), shortened to 100 ms and released: the held copy
+// landing after the release must take nothing. The tombstone's life does
+// not depend on the lease's TTL, so a TTL shortened since the acquire does
+// not shorten it.
+func TestLateAcquireCopyAfterShortenedLeaseTakesNothing(t *testing.T) {
+	srv := testserver.Redis(t)
+	const delay = 4 * time.Second
+	px := testutil.NewDelayProxy(t, srv.Addr(), delay)
+	a := resendingLocker(t, px.Addr())
+	b := newLocker(t, srv.Addr())
+	const key = "late-shortened"
+	ctx := t.Context()
+	loadScripts(t, a, "late-shortened-warm")
+	sent := time.Now()
+	px.HoldNext(1, []byte(key+"}")) // the acquire's first copy
+	la, err := a.TryAcquire(ctx, key, distlock.WithTTL(30*time.Second), distlock.WithValue("leader-A"))
+	if err != nil {
+		t.Fatalf("acquire (answered by the resent copy): %v", err)
+	}
+	if err := la.Refresh(ctx, distlock.WithTTL(100*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(sent.Add(delay + 400*time.Millisecond))) // the held copy landed
+	h, err := b.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.TryAcquire(ctx, key)
+	if err == nil {
+		_ = lb.Release(context.WithoutCancel(ctx))
+		return
+	}
+	if !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatal(err)
+	}
+	t.Fatalf("A released (token %d) %v after sending its 30 s acquire; the held copy took the key for nobody: Inspect held=%v token=%d value=%q ttl=%v; B: %v",
+		la.Token(), delay, h.Held, h.Token, h.Value, h.TTL.Round(time.Second), err)
+}
+
+// Every tombstone (a release, a refused attempt) lasts redisnode.MaxLate,
+// whatever the lock's TTL: a key that is polled while held for an hour, and
+// one released many times over, leave only short-lived keys behind.
+func TestTombstonesLastMaxLate(t *testing.T) {
+	srv := testserver.Redis(t)
+	a := newLocker(t, srv.Addr())
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	ctx := t.Context()
+	for range 100 {
+		ls, err := a.TryAcquire(ctx, "cycled", distlock.WithTTL(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := a.TryAcquire(ctx, "held", distlock.WithTTL(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.WithoutCancel(ctx))
+	for range 100 {
+		if _, err := a.TryAcquire(ctx, "held", distlock.WithTTL(time.Hour)); !errors.Is(err, distlock.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+	}
+	gone, err := admin.Keys(ctx, "*:gone:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gone) != 200 {
+		t.Fatalf("%d tombstones, want one per release and per refused attempt (200)", len(gone))
+	}
+	for _, k := range gone {
+		if d := admin.PTTL(ctx, k).Val(); d <= 0 || d > redisnode.MaxLate {
+			t.Fatalf("tombstone %s lasts %v, want at most %v", k, d, redisnode.MaxLate)
+		}
+	}
+}

@@ -120,15 +120,16 @@
 // A node call, once sent, runs to its answer or the node timeout whatever
 // its caller does, and its answer still updates what the lease knows. Any
 // request may also land late, after the call gave up on it, or twice: so
-// each refresh carries the lease's refresh number, kept on the node for
-// TTL + 5 s, and a copy older than the newest applied changes nothing
-// there; a release leaves a tombstone of the lease's owner value on every
-// node it reaches, for TTL + 5 s, which a late acquire or repairing refresh
+// each refresh carries the lease's refresh number, kept on the node until
+// 5 s past its lock, and a copy older than the newest applied changes
+// nothing there; a release leaves a tombstone of the lease's owner value on
+// every node it reaches, for 5 s, which a late acquire or repairing refresh
 // of that lease honours, and which makes a resent release count the node as
 // released; and a node that refuses an attempt remembers it as refused for
 // as long, so a late copy of that attempt takes nothing there. A request
-// buffered in a paused node's socket for longer than that can still land:
-// the lock then sits on that one node, a minority, until its TTL.
+// held up for longer than 5 s (say, buffered in a paused node's socket) can
+// still land: the lock then sits on that one node, a minority, until its
+// TTL.
 //
 // Waiters are woken by release notices, not in FIFO order.
 //
@@ -179,7 +180,9 @@
 //
 // A server given twice would count twice toward the quorum, so Open and New
 // refuse it, names resolved and port 6379 applied; New compares the address
-// of a go-redis *Client, and of other client kinds only their identity.
+// of a go-redis *Client (clients that reach their nodes through a Dialer of
+// their own give each node its own Addr), and of other clients only their
+// identity.
 //
 // Clients should set ContextTimeoutEnabled so that context deadlines bound
 // socket reads; this backend also stops waiting for a node after the node

@@ -144,6 +144,8 @@ func distinctHosts(ctx context.Context, hosts []string) error {
 // are one server (see sameServer; names resolved within the longest of
 // their dial timeouts). Other kinds of client (Ring, ClusterClient, a
 // Sentinel client) do not say which server they dial and are not compared.
+// A Dialer of the caller's (a tunnel per node) is given the Addr, so such
+// clients name their nodes apart by Addr, whatever the Dialer makes of it.
 func distinctClients(clients []goredis.UniversalClient) error {
 	if i, j, dup := sameClient(clients); dup {
 		return fmt.Errorf("%w: redlock: clients[%d] and clients[%d] are one client: %s",

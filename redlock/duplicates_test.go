@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -205,5 +206,43 @@ func TestDuplicateCheckUnresolvable(t *testing.T) {
 	}
 	if !errors.Is(err, distlock.ErrInvalidURL) {
 		t.Fatalf("Open(%s): want ErrInvalidURL, got %v", u, err)
+	}
+}
+
+// Clients that reach their servers through a Dialer of their own (a tunnel
+// or proxy per node) name them apart by Addr, which the Dialer is given:
+// New takes them, and refuses them when they share one Addr (it cannot see
+// what a Dialer makes of it).
+func TestNewAcceptsServersBehindDialersByAddr(t *testing.T) {
+	srvs := testserver.RedisN(t, 3)
+	byName := map[string]string{}
+	for i, s := range srvs {
+		byName[fmt.Sprintf("node-%d:6379", i)] = s.Addr()
+	}
+	var d net.Dialer
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return d.DialContext(ctx, network, byName[addr])
+	}
+	clientsAt := func(addrs ...string) []goredis.UniversalClient {
+		var cs []goredis.UniversalClient
+		for _, a := range addrs {
+			c := goredis.NewClient(&goredis.Options{Addr: a, ContextTimeoutEnabled: true, DialTimeout: time.Second, Dialer: dial})
+			t.Cleanup(func() { _ = c.Close() })
+			cs = append(cs, c)
+		}
+		return cs
+	}
+	l, err := redlock.New(clientsAt("node-0:6379", "node-1:6379", "node-2:6379"))
+	if err != nil {
+		t.Fatalf("three servers named apart refused: %v", err)
+	}
+	ls, err := l.TryAcquire(t.Context(), "behind-dialers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = ls.Release(t.Context())
+	_ = l.Close()
+	if _, err := redlock.New(clientsAt("node-0:6379", "node-0:6379", "node-2:6379")); !errors.Is(err, distlock.ErrInvalidOption) {
+		t.Fatalf("one Addr twice behind a Dialer: %v, want ErrInvalidOption", err)
 	}
 }

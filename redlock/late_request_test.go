@@ -266,3 +266,99 @@ func TestLatePhaseOneCopyOfRefusedAttemptTakesNothing(t *testing.T) {
 	}
 	_ = lc.Release(context.WithoutCancel(ctx))
 }
+
+// A 1 s lease tries to lengthen itself to 30 s; the extend's copies to two
+// of three nodes are held up (4 s, within redisnode.MaxLate), so the
+// refresh fails and the lease stays at 1 s; then it is released. The held
+// copies must not take the lock back on a majority.
+func TestLateLongExtendCopyAfterReleaseTakesNothing(t *testing.T) {
+	srvs := testserver.RedisN(t, 3)
+	const delay = 4 * time.Second
+	var cs []goredis.UniversalClient
+	var pxs []*testutil.DelayProxy
+	for i, s := range srvs {
+		addr := s.Addr()
+		if i < 2 {
+			px := testutil.NewDelayProxy(t, addr, delay)
+			pxs = append(pxs, px)
+			addr = px.Addr()
+		}
+		cs = append(cs, goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, DialTimeout: time.Second}))
+	}
+	a, err := redlock.New(cs, redlock.WithCloseClients(true), redlock.WithNodeTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b := newLocker(t, srvs)
+	loadScripts(t, srvs)
+	const key = "late-long-extend"
+	ctx := t.Context()
+	la, err := a.TryAcquire(ctx, key, distlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	for _, px := range pxs {
+		px.HoldNext(1, []byte("\r\n30000\r\n")) // the 30 s extend's copies to nodes 0 and 1
+	}
+	err = la.Refresh(ctx, distlock.WithTTL(30*time.Second))
+	t.Logf("30 s refresh, held up on two nodes: %v (lease TTL now %v)", err, la.TTL())
+	if err := la.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	time.Sleep(time.Until(sent.Add(delay + 500*time.Millisecond))) // the held copies landed
+	h, err := b.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.TryAcquire(ctx, key)
+	if err == nil {
+		_ = lb.Release(context.WithoutCancel(ctx))
+		return
+	}
+	if !errors.Is(err, distlock.ErrNotAcquired) {
+		t.Fatal(err)
+	}
+	t.Fatalf("A released (token %d); its 30 s extend copies, %v late, took the key back for nobody: Inspect held=%v token=%d ttl=%v; B: %v",
+		la.Token(), delay, h.Held, h.Token, h.TTL.Round(time.Second), err)
+}
+
+// A node that refused the lease's attempt (a stale lock of another owner
+// there, so the node remembers the attempt as refused) is still taken back
+// by the lease's refresh once that lock is gone.
+func TestRepairPastRefusedAttempt(t *testing.T) {
+	srvs := testserver.RedisN(t, 3)
+	admins := clients(t, srvs, false)
+	a := newLocker(t, srvs)
+	const key = "review-repair-refused"
+	ctx := t.Context()
+	k := redisnode.KeysFor(redis.DefaultPrefix, key)
+	if err := admins[0].Set(ctx, k.Lock, "stale-owner", 700*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	la, err := a.TryAcquire(ctx, key, distlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := admins[1].Get(ctx, k.Lock).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := admins[0].Get(ctx, k.GoneFor(owner)).Result(); v != "refused" {
+		t.Fatalf("node 0 tombstone for the lease's owner: %q, want refused", v)
+	}
+	time.Sleep(time.Second) // the stale lock expired on node 0
+	if err := la.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := admins[0].Get(ctx, k.Lock).Result(); got != owner {
+		t.Fatalf("node 0 lock after the refresh: %q, want the lease's %q", got, owner)
+	}
+	if held := lockExists(t, admins, redis.DefaultPrefix, key); len(held) != 3 {
+		t.Fatalf("lock on nodes %v, want all three", held)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -43,15 +43,12 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	}
 	nt := b.timeout(ttl)
 	n := len(b.nodes)
-	// Requests of the lease or attempt may still be on their way to the
-	// nodes (a late phase-1 or extend copy): the tombstone refuses them.
-	tomb := redisnode.LateBound(ttl)
 	if h, ok := g.Handle.(*handle); ok {
 		h.settle(ctx, nt)
 	}
 	// The tombstone keeps a straggling acquire or refresh of this lease
 	// from setting the lock again after the release.
-	release := redisnode.ReleaseCall(k, g.Owner, tomb, true)
+	release := redisnode.ReleaseCall(k, g.Owner, redisnode.MaxLate, true)
 	ch := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
 		return release.Release(ctx, c)
 	})

@@ -15,7 +15,7 @@ type Keys struct {
 	Channel string // pub/sub channel of release notices (not a key)
 	Gone    string // prefix of the tombstones of recent releases and refusals, one per owner (see GoneFor)
 	Retake  string // Redlock: the nonce of the refresh that last took the lock back
-	Seq     string // the holding lease's last refresh, "<seq>:<owner>", kept TTL + 5 s (LateBound)
+	Seq     string // the holding lease's last refresh, "<seq>:<owner>", kept TTL + MaxLate
 	// Holder is the holder record: a hash of the lock's owner, its token
 	// and its value (WithValue), expiring with the lock. Readers trust it
 	// only while its owner field equals the lock's value.
@@ -28,7 +28,7 @@ func (k Keys) Queue() (waiters, deadlines string) {
 	return k.Lock + ":waiters", k.Lock + ":waiter-deadlines"
 }
 
-// GoneFor names owner's tombstone: it exists, for TTL + 5 s, once a
+// GoneFor names owner's tombstone: it exists, for MaxLate, once a
 // release of owner ran or an attempt of owner was refused, so that a late
 // copy of its acquire (or, after a release, of its retake) is refused.
 func (k Keys) GoneFor(owner string) string { return k.Gone + ":" + owner }

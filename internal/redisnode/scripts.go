@@ -127,7 +127,7 @@ type AcquireResult struct {
 // token, to the holder record k.Holder, which expires with the lock; with
 // "" the record is not touched.
 func AcquireOn(ctx context.Context, c Doer, k Keys, owner string, ttl time.Duration, value string) (AcquireResult, error) {
-	gone, ms, tomb := k.GoneFor(owner), millis(ttl), millis(LateBound(ttl))
+	gone, ms, tomb := k.GoneFor(owner), millis(ttl), millis(MaxLate)
 	return acquireResult(acquire.run(ctx, c, func() []any { return acquireWords(k, gone, owner, ms, tomb, value) }))
 }
 
@@ -138,11 +138,16 @@ func acquireWords(k Keys, gone, owner string, ms, tomb int64, value string) []an
 	return []any{nil, nil, 4, k.Lock, k.Counter, gone, k.Holder, owner, ms, tomb, value}
 }
 
-// LateBound is how long a node remembers what a request of an attempt or
-// lease decided, against a copy of an earlier request that lands late: a
-// refused attempt, a refresh sequence past its lock, a release's tombstone.
-// The TTL, and a margin for a copy held up past it.
-func LateBound(ttl time.Duration) time.Duration { return ttl + GiveBackMargin }
+// MaxLate is the longest a request may be held up in the network (a
+// congested link, a proxy, a segment in retransmission) and still be
+// refused when it lands: what a node remembers of a lease or an attempt
+// outlives the decision by this much (a release's tombstone, a refused
+// attempt) or outlives the lock (a refresh sequence). A copy sent before
+// the decision and later than that may still land.
+const MaxLate = driver.DefaultReleaseTimeout
+
+// seqLife is how long a refresh's sequence lasts: its lock's TTL and MaxLate.
+func seqLife(ttl time.Duration) int64 { return millis(ttl + MaxLate) }
 
 // A Call is one script call's words, built (and each argument boxed) once
 // and sent to many nodes, as Redlock's rounds are: each send gets a copy of
@@ -159,7 +164,7 @@ func (c Call) send(ctx context.Context, d Doer) *goredis.Cmd {
 
 // AcquireCall is AcquireOn's call, to send with Acquire.
 func AcquireCall(k Keys, owner string, ttl time.Duration, value string) Call {
-	return Call{script: acquire, words: acquireWords(k, k.GoneFor(owner), owner, millis(ttl), millis(LateBound(ttl)), value)}
+	return Call{script: acquire, words: acquireWords(k, k.GoneFor(owner), owner, millis(ttl), millis(MaxLate), value)}
 }
 
 // Acquire sends an AcquireCall to one node: AcquireOn.
@@ -174,7 +179,7 @@ func (c Call) Acquire(ctx context.Context, d Doer) (AcquireResult, error) {
 // or, while the lock is free, the first waiter's time left to take it. A
 // waiter's place lapses window after the time it was told to wait.
 func AcquireFairOn(ctx context.Context, c Doer, k Keys, owner string, ttl time.Duration, value, waiter string, window time.Duration) (AcquireResult, error) {
-	gone, ms, tomb := k.GoneFor(owner), millis(ttl), millis(LateBound(ttl))
+	gone, ms, tomb := k.GoneFor(owner), millis(ttl), millis(MaxLate)
 	waiters, deadlines := k.Queue()
 	return acquireResult(acquire.run(ctx, c, func() []any {
 		return []any{nil, nil, 6, k.Lock, k.Counter, gone, k.Holder, waiters, deadlines, owner, ms, tomb, value, waiter, millis(window), k.Channel}
@@ -223,7 +228,7 @@ func acquireResult(cmd *goredis.Cmd) (AcquireResult, error) {
 // higher-numbered one ran changes nothing. It reports whether the lock was
 // ours.
 func RefreshOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration, withValue bool, seq uint64) (bool, error) {
-	n, err := refreshScript.Run(ctx, c, refreshKeys(k, withValue), owner, millis(ttl), seqArg(seq), millis(LateBound(ttl))).Int64()
+	n, err := refreshScript.Run(ctx, c, refreshKeys(k, withValue), owner, millis(ttl), seqArg(seq), seqLife(ttl)).Int64()
 	if err != nil {
 		return false, fmt.Errorf("refresh script: %w", err)
 	}
@@ -268,9 +273,9 @@ func RefreshManyOn(ctx context.Context, c goredis.UniversalClient, locks []Refre
 	calls := make(batch, len(locks))
 	for i, l := range locks {
 		if l.WithValue {
-			calls[i] = []any{nil, nil, 3, l.Keys.Lock, l.Keys.Seq, l.Keys.Holder, l.Owner, millis(l.TTL), seqArg(l.Seq), millis(LateBound(l.TTL))}
+			calls[i] = []any{nil, nil, 3, l.Keys.Lock, l.Keys.Seq, l.Keys.Holder, l.Owner, millis(l.TTL), seqArg(l.Seq), seqLife(l.TTL)}
 		} else {
-			calls[i] = []any{nil, nil, 2, l.Keys.Lock, l.Keys.Seq, l.Owner, millis(l.TTL), seqArg(l.Seq), millis(LateBound(l.TTL))}
+			calls[i] = []any{nil, nil, 2, l.Keys.Lock, l.Keys.Seq, l.Owner, millis(l.TTL), seqArg(l.Seq), seqLife(l.TTL)}
 		}
 	}
 	ok = make([]bool, len(locks))
@@ -316,7 +321,7 @@ func NewExtendBatch(locks []Extend) *ExtendBatch {
 			continue // as ExtendOn: On reports it
 		}
 		fast[i] = []any{nil, nil, 4, l.Keys.Lock, l.Keys.Holder, l.Keys.Retake, l.Keys.Seq, l.Owner, millis(l.TTL), l.Nonce, seqArg(l.Seq),
-			millis(LateBound(l.TTL))}
+			seqLife(l.TTL)}
 	}
 	return &ExtendBatch{locks: locks, fast: fast}
 }
@@ -362,7 +367,7 @@ func (b *ExtendBatch) On(ctx context.Context, c goredis.UniversalClient) (res []
 		l := b.locks[i]
 		repair[i] = []any{nil, nil, 6, l.Keys.Lock, l.Keys.Counter, l.Keys.GoneFor(l.Owner), l.Keys.Retake,
 			l.Keys.Holder, l.Keys.Seq, l.Owner, millis(l.TTL), strconv.FormatInt(int64(l.Token), 10), l.Nonce, l.Value, seqArg(l.Seq),
-			millis(LateBound(l.TTL))}
+			seqLife(l.TTL)}
 	}
 	repair.send(ctx, c, extendWords, "extend", rest, errs, func(i int, n int64) error {
 		if n < 0 || n > 2 {
@@ -418,12 +423,6 @@ func (b batch) send(ctx context.Context, c goredis.UniversalClient, s wordScript
 		todo = again
 	}
 }
-
-// GiveBackMargin lengthens a give-back's tombstone past the attempt's TTL:
-// its request may still be on its way (a retransmitted segment), and one
-// give-back call must cover it, as the portable layer's retries over the
-// release timeout used to.
-const GiveBackMargin = driver.DefaultReleaseTimeout
 
 // ReleaseOn runs the release script: DEL k.Lock if it still holds owner
 // (and the holder record k.Holder with it, when withRecord: the lock may
@@ -543,7 +542,7 @@ func ExtendOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl
 		return 0, errors.New("extend script: negative token")
 	}
 	n, err := extendScript.Run(ctx, c, extendKeys(k, owner), owner, millis(ttl),
-		strconv.FormatInt(int64(token), 10), nonce, value, seqArg(seq), millis(LateBound(ttl))).Int64()
+		strconv.FormatInt(int64(token), 10), nonce, value, seqArg(seq), seqLife(ttl)).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("extend script: %w", err)
 	}
