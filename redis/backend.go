@@ -119,7 +119,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 				// Not durable enough: give the lock back rather than hand
 				// out a token that a failover could repeat.
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-				_, _ = redisnode.ReleaseOn(rctx, c, k, req.Owner, redisnode.MaxLate, req.Value != "")
+				_, _ = redisnode.ReleaseOn(rctx, c, k, req.Owner, redisnode.GiveBackTombstone(req.TTL), req.Value != "")
 				cancel()
 				return err
 			}
@@ -220,6 +220,9 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	// its reply was lost (no Handle) has no known value, so its holder
 	// record goes too.
 	tomb := redisnode.MaxLate
+	if g.Handle == nil {
+		tomb = redisnode.GiveBackTombstone(g.TTL)
+	}
 	var k Keys
 	if h, ok := g.Handle.(*handle); ok {
 		k = h.keys

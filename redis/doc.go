@@ -19,10 +19,11 @@
 // read timeout while the first copy may still be on its way. So each
 // refresh carries the lease's refresh number, kept until 5 s past its lock,
 // and a copy older than the newest applied changes nothing; every release
-// leaves a tombstone for 5 s that refuses a late acquire copy of its owner
-// and makes a resent release report what the first copy did; and a refused
-// attempt is remembered as long, so its late copy cannot take the key once
-// it is free. A copy held up in the network for longer than 5 s may still
+// leaves a tombstone for 5 s (an attempt given back with no answer, for its
+// TTL + 5 s: a slow server may run it late) that refuses a late acquire copy
+// of its owner and makes a resent release report what the first copy did;
+// and a refused attempt is remembered for 5 s, so its late copy cannot take
+// the key once it is free. A copy held up in the network for longer than 5 s may still
 // land. A hot key keeps about (releases + refused attempts) per second × 5 s
 // short-lived tombstones.
 //

@@ -190,7 +190,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 func (b *backend) releaseNode(ctx context.Context, i int, k redisnode.Keys, owner string, ttl, nt time.Duration) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nt)
 	defer cancel()
-	_, _ = redisnode.ReleaseOn(rctx, b.nodes[i].client, k, owner, redisnode.MaxLate, true)
+	_, _ = redisnode.ReleaseOn(rctx, b.nodes[i].client, k, owner, redisnode.GiveBackTombstone(ttl), true)
 }
 
 // shortestHeld is the least time left on the locks that the nodes saying

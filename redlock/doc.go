@@ -123,7 +123,8 @@
 // each refresh carries the lease's refresh number, kept on the node until
 // 5 s past its lock, and a copy older than the newest applied changes
 // nothing there; a release leaves a tombstone of the lease's owner value on
-// every node it reaches, for 5 s, which a late acquire or repairing refresh
+// every node it reaches, for 5 s (an attempt given back, for its TTL + 5 s),
+// which a late acquire or repairing refresh
 // of that lease honours, and which makes a resent release count the node as
 // released; and a node that refuses an attempt remembers it as refused for
 // as long, so a late copy of that attempt takes nothing there. A request

@@ -48,7 +48,11 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	}
 	// The tombstone keeps a straggling acquire or refresh of this lease
 	// from setting the lock again after the release.
-	release := redisnode.ReleaseCall(k, g.Owner, redisnode.MaxLate, true)
+	tomb := redisnode.MaxLate
+	if g.Handle == nil {
+		tomb = redisnode.GiveBackTombstone(ttl)
+	}
+	release := redisnode.ReleaseCall(k, g.Owner, tomb, true)
 	ch := b.fanOut(ctx, b.all(), nt, func(ctx context.Context, _ int, c goredis.UniversalClient) (bool, error) {
 		return release.Release(ctx, c)
 	})

@@ -146,6 +146,12 @@ func acquireWords(k Keys, gone, owner string, ms, tomb int64, value string) []an
 // the decision and later than that may still land.
 const MaxLate = driver.DefaultReleaseTimeout
 
+// GiveBackTombstone is how long the give-back of an attempt whose outcome is
+// unknown (no answer came) remembers it: the attempt may be queued at a
+// slow or paused server, which can run it long after, so for its TTL as
+// well as MaxLate.
+func GiveBackTombstone(ttl time.Duration) time.Duration { return ttl + MaxLate }
+
 // seqLife is how long a refresh's sequence lasts: its lock's TTL and MaxLate.
 func seqLife(ttl time.Duration) int64 { return millis(ttl + MaxLate) }
 
