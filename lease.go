@@ -162,6 +162,9 @@ func (ls *Lease) refresh(ctx context.Context, ttl time.Duration) error {
 		// Refresh(WithTTL) that ran while it waited.
 		ttl = ls.TTL()
 	}
+	// A shorter TTL takes effect when the call reaches the server, before
+	// its answer: from now on the lease cannot count on more.
+	ls.mayHaveShortened(start, ttl)
 	validity, err := ls.l.b.Refresh(ctx, ls.grant, ttl)
 	return ls.refreshDone(ctx, start, ttl, validity, err)
 }
@@ -190,8 +193,7 @@ func (ls *Lease) refreshDone(ctx context.Context, start time.Time, ttl, validity
 			return notHeld(ls.Key(), ls.lost("the server no longer has it as ours: "+err.Error()))
 		}
 		// The call may have reached the server: a shorter TTL may now be
-		// in force there, so the lease cannot count on more than it.
-		ls.mayHaveShortened(start, ttl)
+		// in force there (the deadline was pulled in when it was sent).
 		return ls.refreshFailed(ctx, err)
 	}
 	if validity <= 0 {
@@ -215,7 +217,8 @@ func (ls *Lease) refreshDone(ctx context.Context, start time.Time, ttl, validity
 }
 
 // mayHaveShortened pulls the deadline in to what a refresh to ttl, started
-// at start and of unknown outcome, would leave.
+// at start, leaves once it reaches the server: while it is on its way, and
+// after it, if no answer comes.
 func (ls *Lease) mayHaveShortened(start time.Time, ttl time.Duration) {
 	d := start.Add(ttl - ls.o.Drift(ttl))
 	ls.mu.Lock()

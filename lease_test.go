@@ -210,3 +210,35 @@ func TestLeaseRefreshRefusesNewValue(t *testing.T) {
 		t.Fatalf("after the refused refresh: Inspect %+v, %v; Value() %q", h, err, ls.Value())
 	}
 }
+
+// A refresh to a shorter TTL takes effect when it reaches the server, before
+// its answer comes back: while it is on its way (a slow reply, a holder
+// paused with it in flight), the lease must not count on its longer
+// deadline, or it reports held while another holder has the key.
+func TestLeaseShorterRefreshInFlightShortensAtOnce(t *testing.T) {
+	store := memory.NewStore()
+	w := &wrap{Backend: memory.NewBackend(store)}
+	l, _ := distlock.New(w)
+	defer l.Close()
+	other, _ := distlock.New(memory.NewBackend(store))
+	defer other.Close()
+	ctx := context.Background()
+	ls, err := l.TryAcquire(ctx, "k", distlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.refreshDelay.Store(int64(time.Second))
+	done := make(chan error, 1)
+	go func() { done <- ls.Refresh(ctx, distlock.WithTTL(100*time.Millisecond)) }()
+	time.Sleep(300 * time.Millisecond) // applied: the lock expired 200 ms ago
+	lo, err := other.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatalf("the shortened lock did not expire: %v", err)
+	}
+	defer lo.Release(ctx)
+	if ls.Err() == nil && time.Now().Before(ls.Expires()) {
+		t.Fatalf("lease reports held with %v left while another holder (token %d) has the key",
+			time.Until(ls.Expires()).Round(time.Millisecond), lo.Token())
+	}
+	<-done
+}

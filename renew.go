@@ -184,9 +184,11 @@ func (r *renewer) refreshBatch(br driver.BatchRefresher, part []*Lease) {
 		if exp := ls.Expires(); deadline.IsZero() || exp.Before(deadline) {
 			deadline = exp
 		}
+		ttl := ls.TTL()
+		ls.mayHaveShortened(start, ttl) // as refresh does: from the send on
 		leases = append(leases, ls)
 		starts = append(starts, start)
-		batch = append(batch, driver.Refresh{Grant: ls.grant, TTL: ls.TTL()})
+		batch = append(batch, driver.Refresh{Grant: ls.grant, TTL: ttl})
 	}
 	if len(batch) == 0 {
 		return
