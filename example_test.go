@@ -26,8 +26,10 @@ func ExampleOpen() {
 		panic(err)
 	}
 	defer lease.Release(ctx)
-	fmt.Println("holding", lease.Key(), "with token", lease.Token())
-	// Output: holding invoices with token 1
+	// The token fences what the lease protects (see package fencing);
+	// mem:// tokens start from the wall clock in µs.
+	fmt.Println("holding", lease.Key(), "with a token:", lease.Token() > 0)
+	// Output: holding invoices with a token: true
 }
 
 // Do is what most code wants: the lease is renewed while fn runs, fn's
@@ -40,12 +42,12 @@ func ExampleLocker_Do() {
 	err := locker.Do(ctx, "nightly-report", func(ctx context.Context, lease *distlock.Lease) error {
 		// Pass lease.Token() to whatever you write, so it can refuse a
 		// stale holder (see package fencing).
-		fmt.Println("running with token", lease.Token())
+		fmt.Println("running, fenced:", lease.Fence().Token > 0)
 		return nil
 	}, distlock.WithTTL(15*time.Second))
 	fmt.Println("err:", err)
 	// Output:
-	// running with token 1
+	// running, fenced: true
 	// err: <nil>
 }
 
@@ -60,8 +62,8 @@ func ExampleLocker_TryAcquire() {
 
 	held, _ := a.TryAcquire(ctx, "cron:cleanup")
 	_, err := b.TryAcquire(ctx, "cron:cleanup")
-	fmt.Println(err != nil, held.Token())
-	// Output: true 1
+	fmt.Println(errors.Is(err, distlock.ErrNotAcquired), held.Err() == nil)
+	// Output: true true
 }
 
 // Done closes when the lease ends; Err says whether it was released or lost.
@@ -87,14 +89,14 @@ func ExampleLocker_Inspect() {
 
 	lease, _ := locker.Acquire(ctx, "invoices", distlock.WithValue("worker-7 (10.0.0.7)"), distlock.WithTTL(time.Hour))
 	h, _ := locker.Inspect(ctx, "invoices")
-	fmt.Printf("held: %v, by %s, token %d, about %v left\n", h.Held, h.Value, h.Token, h.TTL.Round(time.Minute))
+	fmt.Printf("held: %v, by %s, the lease's token: %v, about %v left\n", h.Held, h.Value, h.Token == lease.Token(), h.TTL.Round(time.Minute))
 	fmt.Println("waiters:", h.Waiters) // -1: this backend keeps no queue (etcd and ZooKeeper do)
 
 	_ = lease.Release(ctx)
 	h, _ = locker.Inspect(ctx, "invoices")
 	fmt.Printf("held: %v, value %q, token %d\n", h.Held, h.Value, h.Token)
 	// Output:
-	// held: true, by worker-7 (10.0.0.7), token 1, about 1h0m0s left
+	// held: true, by worker-7 (10.0.0.7), the lease's token: true, about 1h0m0s left
 	// waiters: -1
 	// held: false, value "", token 0
 }

@@ -28,7 +28,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("a leads, term", term.Token())
+	fmt.Println("a leads")
 	fmt.Println("observed:", (<-leaders).Value)
 	// While leading: run the job until term.Done() closes, and write
 	// through fencing.WithGuard(ctx, pool, "scheduler", term.Fence(), …)
@@ -49,15 +49,15 @@ func Example() {
 	fmt.Println("a's term ended:", term.Err())
 
 	next := <-elected
-	fmt.Println("b leads, term", next.Token())
+	fmt.Println("b leads, with a larger token:", next.Token() > term.Token())
 	fmt.Println("observed:", (<-leaders).Value)
 	now, _ := ea.Leader(ctx)
-	fmt.Println("leader:", now.Value, now.Token)
+	fmt.Println("leader:", now.Value, now.Token == next.Token())
 	// Output:
-	// a leads, term 1
+	// a leads
 	// observed: host-a:8080
 	// a's term ended: distlock: lease released
-	// b leads, term 2
+	// b leads, with a larger token: true
 	// observed: host-b:8080
-	// leader: host-b:8080 2
+	// leader: host-b:8080 true
 }

@@ -27,7 +27,7 @@ func init() {
 type Store struct {
 	mu       sync.Mutex
 	locks    map[string]*hold
-	counters map[string]distlock.Token // never expire, so tokens never repeat
+	counters map[string]distlock.Token // per key while the clock has not passed it (see drop)
 	freed    map[string]chan struct{}  // closed and replaced at each release or expiry
 	changed  map[string]chan struct{}  // closed and replaced at each grant, release or expiry
 }
@@ -113,6 +113,11 @@ func (s *Store) Held(key string) bool {
 func (s *Store) drop(key string, h *hold, lost bool) {
 	h.timer.Stop()
 	delete(s.locks, key)
+	if s.counters[key] < nowMicros() {
+		// The clock has passed the counter: the next token comes from the
+		// clock and is larger anyway, so the key leaves nothing behind.
+		delete(s.counters, key)
+	}
 	if lost {
 		h.setLost()
 	}
@@ -146,10 +151,13 @@ type backend struct {
 func (b *backend) Guarantees() distlock.Guarantees {
 	return distlock.Guarantees{
 		Backend:       "memory",
-		TokenSource:   "per-key counter in process memory",
+		TokenSource:   "per-key counter in process memory, advanced to max(counter+1, wall clock in µs)",
 		Wait:          distlock.WaitNotify,
 		SingleProcess: true,
-		Notes:         []string{"locks are visible only inside this process"},
+		Notes: []string{
+			"locks are visible only inside this process",
+			"tokens keep increasing across restarts of the process while its wall clock does not step back by more than a restart takes",
+		},
 	}
 }
 
@@ -163,7 +171,9 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	if h := s.locks[req.Key]; h != nil {
 		return driver.Grant{}, &distlock.HeldError{Key: req.Key, RetryAfter: time.Until(h.expires)}
 	}
-	s.counters[req.Key]++
+	// max(counter + 1, the wall clock in µs): a restarted process, whose
+	// counters start empty, still hands out larger tokens than before.
+	s.counters[req.Key] = max(s.counters[req.Key]+1, nowMicros())
 	h := &hold{owner: req.Owner, value: req.Value, token: s.counters[req.Key], expires: time.Now().Add(req.TTL)}
 	h.lost, h.setLost = context.WithCancel(context.Background())
 	key := req.Key
@@ -283,3 +293,6 @@ func (b *backend) As(target any) bool {
 	}
 	return false
 }
+
+// nowMicros is the wall clock in µs, the floor of every token.
+func nowMicros() distlock.Token { return distlock.Token(time.Now().UnixMicro()) }

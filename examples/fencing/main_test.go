@@ -22,7 +22,8 @@ func TestDemo(t *testing.T) {
 	newDB := backendtest.Postgres(t)
 	backendtest.Each(t, nil, func(t *testing.T, url string) {
 		// The second run must tell the same story on the rows the first
-		// left (mem:// tokens restart at 1 in each process).
+		// left, fence row included (mem:// tokens start from the wall clock
+		// in each process).
 		runs := 1
 		if strings.HasPrefix(url, "mem://") {
 			runs = 2

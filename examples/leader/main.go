@@ -161,12 +161,6 @@ func run(ctx context.Context, cfg config, out *lines) error {
 		if cfg.instances == 1 {
 			out.printf("note: %s is in-process: instances in other processes do not see this one (use -instances or a server URL)", g.Backend)
 		}
-		// mem:// tokens restart at 1 in every process, so the demo forgets
-		// its role's fence row on mem://, where nothing else can hold it.
-		// Never delete fence rows in real use: it lets stale leaders write.
-		if _, err := pool.Exec(ctx, `DELETE FROM distlock_fence WHERE resource = $1`, cfg.role); err != nil {
-			return err
-		}
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
