@@ -65,11 +65,11 @@ func (ls *Lease) unlockGrant() driver.Grant {
 // Value returns the holder's value stored with the lock (WithValue).
 func (ls *Lease) Value() string { return ls.o.Value }
 
-// Fence returns the lease's token with its holder id, for a guarded write
-// (see package fencing).
+// Fence returns the Locker's fence epoch (WithFenceEpoch), the lease's token
+// and its holder id, for a guarded write (see package fencing).
 func (ls *Lease) Fence() Fence {
 	ls.holderOnce.Do(func() { ls.holder = holderID(ls.grant.Owner) })
-	return Fence{Token: ls.grant.Token, Holder: ls.holder}
+	return Fence{Epoch: ls.o.FenceEpoch, Token: ls.grant.Token, Holder: ls.holder}
 }
 
 // TTL returns the TTL of the latest successful acquire or refresh.

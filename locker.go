@@ -26,12 +26,17 @@ import (
 	"time"
 )
 
-// Fence is what a guarded write presents to the resource: the lease's token
-// and an id of the holder that was granted it. A resource accepts a token
-// larger than any it has seen, and an equal token only from the holder that
-// wrote it (so two holders can never both pass with one token, even if a
-// backend handed the same token out twice). Get it from [Lease.Fence].
+// Fence is what a guarded write presents to the resource: the Locker's fence
+// epoch, the lease's token and an id of the holder that was granted it. A
+// resource compares (Epoch, Token) pairs: it accepts a pair larger than any
+// it has seen, and an equal pair only from the holder that wrote it (so two
+// holders can never both pass with one token, even if a backend handed the
+// same token out twice). Get it from [Lease.Fence].
 type Fence struct {
+	// Epoch is the deployment's fence epoch (WithFenceEpoch): raised when the
+	// key space moves to another backend or cluster, whose tokens are not
+	// comparable with the old ones. A larger epoch wins whatever its token.
+	Epoch  int64
 	Token  Token
 	Holder string // opaque, unique per lease; never the lease's ownership secret
 }

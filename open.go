@@ -22,6 +22,7 @@ func Schemes() []string { return driver.Schemes() }
 //	ttl=30s             lease TTL (WithTTL)
 //	autorenew=true      renew leases from Acquire in the background (WithAutoRenew)
 //	renew_interval=10s  (WithRenewInterval)
+//	fence_epoch=1       the epoch of every lease's Fence (WithFenceEpoch)
 //
 // Backends document their own; an unknown parameter is an error. opts are
 // applied after the URL's settings.
@@ -51,6 +52,9 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Locker, error) {
 	}
 	if d, ok := q.Duration("renew_interval"); ok {
 		urlOpts = append(urlOpts, WithRenewInterval(d))
+	}
+	if n, ok := q.Int64("fence_epoch"); ok {
+		urlOpts = append(urlOpts, WithFenceEpoch(n))
 	}
 	if err := q.Err(); err != nil {
 		return nil, err

@@ -96,6 +96,7 @@ type Settings struct {
 	Logger         *slog.Logger  // nil: nothing is logged
 	Observer       Observer
 	Value          string // the holder's value stored with each lock (WithValue)
+	FenceEpoch     int64  // Lease.Fence().Epoch (WithFenceEpoch)
 
 	err     error
 	backend map[any]any

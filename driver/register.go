@@ -124,6 +124,20 @@ func (q *Query) Int(name string) (int, bool) {
 	return n, true
 }
 
+// Int64 returns the parameter parsed as a decimal 64-bit integer.
+func (q *Query) Int64(name string) (int64, bool) {
+	s, ok := q.take(name)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		q.fail("parameter %s=%q is not a 64-bit integer", name, s)
+		return 0, false
+	}
+	return n, true
+}
+
 // Bool returns the parameter parsed by strconv.ParseBool.
 func (q *Query) Bool(name string) (bool, bool) {
 	s, ok := q.take(name)

@@ -122,8 +122,8 @@ type Term struct {
 // Token returns the term's fencing token: larger than every earlier term's.
 func (t *Term) Token() distlock.Token { return t.lease.Token() }
 
-// Fence returns the term's token and holder id, for writes through package
-// fencing.
+// Fence returns the term's fence epoch, token and holder id, for writes
+// through package fencing.
 func (t *Term) Fence() distlock.Fence { return t.lease.Fence() }
 
 // Value returns the value this leader campaigned with.

@@ -35,27 +35,25 @@
 //
 //	CREATE TABLE IF NOT EXISTS distlock_fence (
 //	    resource text   PRIMARY KEY,
+//	    epoch    bigint NOT NULL DEFAULT 0,
 //	    token    bigint NOT NULL,
 //	    holder   text
 //	);
 //
-// A table created by an earlier version of this package lacks the holder
-// column; Migrate (and Table.Create) add it, safely from several processes
-// at once, or run the statement [Table.UpgradeDDL] returns yourself:
-//
-//	ALTER TABLE distlock_fence ADD COLUMN IF NOT EXISTS holder text;
-//
-// Its old rows have no holder, so they accept only a larger token. Upgrade
-// every writer together: the earlier version still accepts an equal token
-// from anyone.
+// A table created by an earlier version of this package lacks the holder or
+// the epoch column; Migrate (and Table.Create) add them, keeping the rows
+// (at epoch 0), safely from several processes at once, or run the statement
+// [Table.UpgradeDDL] returns yourself. Rows without a holder accept only a
+// larger token. Upgrade every writer together: an earlier version ignores
+// the epoch.
 //
 // [Guard], called as the first statement of the caller's transaction, runs
 // one upsert:
 //
-//	INSERT INTO distlock_fence AS f (resource, token, holder) VALUES ($1, $2, $3)
-//	ON CONFLICT (resource) DO UPDATE SET token = excluded.token, holder = excluded.holder
-//	WHERE f.token < excluded.token
-//	   OR (f.token = excluded.token AND f.holder = excluded.holder)
+//	INSERT INTO distlock_fence AS f (resource, epoch, token, holder) VALUES ($1, $2, $3, $4)
+//	ON CONFLICT (resource) DO UPDATE SET epoch = excluded.epoch, token = excluded.token, holder = excluded.holder
+//	WHERE (f.epoch, f.token) < (excluded.epoch, excluded.token)
+//	   OR (f.epoch = excluded.epoch AND f.token = excluded.token AND f.holder = excluded.holder)
 //	RETURNING token
 //
 // No row back means the caller is stale: a larger token is stored, or the
@@ -76,6 +74,26 @@
 // The holder column is required, for the reason the fence table keeps one:
 // with the token alone an equal token cannot be told apart, and refusing
 // every equal token (a strict <) would refuse a holder's own second write.
+//
+// # Moving to another backend: raise the fence epoch
+//
+// Tokens are comparable only within one deployment: Redis's are µs clock
+// values, etcd's revisions and ZooKeeper's zxids start small, a new etcd
+// cluster starts over. So a fence compares (epoch, token), the epoch coming
+// from the Locker ([distlock.WithFenceEpoch], URL fence_epoch=N, default 0).
+// To move a key space to another backend or cluster:
+//
+//  1. Run Migrate (or UpgradeDDL) first, so the table has the epoch column
+//     (and a row table using UpdateRow an epoch column: RowUpdate.Epoch).
+//  2. Start the new deployment with an epoch larger than the old one's:
+//     fence_epoch=1 after 0, and so on. Never lower it.
+//  3. Its first guarded write on a resource makes every fence of the old
+//     epoch stale there, whatever the token: a holder of the old backend
+//     still running (paused, partitioned) is refused from then on, and
+//     until then it can still write, as it could before the move. Stop the
+//     old deployment's writers before the first write if that window
+//     matters. No fence row is deleted: deleting one is what would let a
+//     stale holder through.
 //
 // # The rule: fence first, then read
 //

@@ -63,11 +63,14 @@ type StaleTokenError struct {
 	// Resource is the fence table's resource, or for UpdateRow the table
 	// and key of the row.
 	Resource string
-	// Token and Holder are the refused fence.
+	// Epoch, Token and Holder are the refused fence.
+	Epoch  int64
 	Token  distlock.Token
 	Holder string
-	// Stored is the token the database holds, or 0 if it could not be read.
-	Stored distlock.Token
+	// StoredEpoch and Stored are the epoch and token the database holds
+	// (Stored 0 if they could not be read).
+	StoredEpoch int64
+	Stored      distlock.Token
 	// StoredHolder is the holder recorded with Stored; "" if unknown or if
 	// none was recorded (a row written before holders were recorded).
 	StoredHolder string
@@ -76,6 +79,11 @@ type StaleTokenError struct {
 // Error says which token was refused and, if known, which one won.
 func (e *StaleTokenError) Error() string {
 	switch {
+	case e.Stored > 0 && e.StoredEpoch > e.Epoch:
+		return fmt.Sprintf("fencing: stale token %d at fence epoch %d for %s: the database has accepted fence epoch %d (a newer deployment)",
+			e.Token, e.Epoch, e.Resource, e.StoredEpoch)
+	case e.Epoch > 0 && e.StoredEpoch == e.Epoch && e.Stored > 0 && e.Stored != e.Token:
+		return fmt.Sprintf("fencing: stale token %d for %s: the database has accepted token %d at fence epoch %d", e.Token, e.Resource, e.Stored, e.Epoch)
 	case e.Stored > 0 && e.Stored == e.Token && e.StoredHolder == "":
 		return fmt.Sprintf("fencing: stale token %d for %s: the database has accepted the same token from a holder it did not record (written before holders were recorded); only a larger token passes",
 			e.Token, e.Resource)
@@ -95,12 +103,12 @@ func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken
 const DefaultTable = "distlock_fence"
 
 // Table is a fence table: one row per guarded resource holding the highest
-// token accepted for it and the holder that presented it. Its methods are
-// safe for concurrent use.
+// (epoch, token) accepted for it and the holder that presented it. Its
+// methods are safe for concurrent use.
 type Table struct {
 	name                     string // quoted, possibly schema-qualified
 	ddl, guardSQL, storedSQL string
-	hasHolderSQL, upgradeSQL string
+	currentSQL, upgradeSQL   string
 }
 
 var defaultTable = mustTable(DefaultTable)
@@ -130,18 +138,22 @@ func NewTable(name ...string) (*Table, error) {
 		name: q,
 		ddl: "CREATE TABLE IF NOT EXISTS " + q + " (\n" +
 			"    resource text   PRIMARY KEY,\n" +
+			"    epoch    bigint NOT NULL DEFAULT 0,\n" +
 			"    token    bigint NOT NULL,\n" +
 			"    holder   text\n)",
-		// A NULL holder (a row from before the column) equals nothing, so
-		// such a row accepts only a larger token.
-		guardSQL: "INSERT INTO " + q + " AS f (resource, token, holder) VALUES ($1, $2, $3) " +
-			"ON CONFLICT (resource) DO UPDATE SET token = excluded.token, holder = excluded.holder " +
-			"WHERE f.token < excluded.token OR (f.token = excluded.token AND " + mutation.Pick("equal-token-accepted", "TRUE", "f.holder = excluded.holder") + ") " + // mutation: equal-token-accepted
+		// Pairs compare as (epoch, token): a larger epoch wins whatever its
+		// token. A NULL holder (a row from before the column) equals
+		// nothing, so such a row accepts only a larger pair.
+		guardSQL: "INSERT INTO " + q + " AS f (resource, epoch, token, holder) VALUES ($1, $2, $3, $4) " +
+			"ON CONFLICT (resource) DO UPDATE SET epoch = excluded.epoch, token = excluded.token, holder = excluded.holder " +
+			"WHERE (f.epoch, f.token) < (excluded.epoch, excluded.token) OR (f.epoch = excluded.epoch AND f.token = excluded.token AND " +
+			mutation.Pick("equal-token-accepted", "TRUE", "f.holder = excluded.holder") + ") " + // mutation: equal-token-accepted
 			"RETURNING token",
-		storedSQL: "SELECT token, holder FROM " + q + " WHERE resource = $1",
-		hasHolderSQL: "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute " +
-			"WHERE attrelid = to_regclass($1) AND attname = 'holder' AND NOT attisdropped)",
-		upgradeSQL: "ALTER TABLE " + q + " ADD COLUMN IF NOT EXISTS holder text",
+		storedSQL: "SELECT epoch, token, holder FROM " + q + " WHERE resource = $1",
+		currentSQL: "SELECT count(*) = 2 FROM pg_catalog.pg_attribute " +
+			"WHERE attrelid = to_regclass($1) AND attname IN ('holder', 'epoch') AND NOT attisdropped",
+		upgradeSQL: "ALTER TABLE " + q + " ADD COLUMN IF NOT EXISTS holder text, " +
+			"ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0",
 	}, nil
 }
 
@@ -171,14 +183,15 @@ func (t *Table) Name() string { return t.name }
 func (t *Table) DDL() string { return t.ddl }
 
 // UpgradeDDL returns the statement that brings a fence table created by an
-// earlier version of this package (no holder column) up to date:
-// ALTER TABLE … ADD COLUMN IF NOT EXISTS holder text. Create runs it when
-// needed.
+// earlier version of this package (without the holder or the epoch column)
+// up to date, keeping its rows (their epoch is 0): ALTER TABLE … ADD COLUMN
+// IF NOT EXISTS holder text, ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL
+// DEFAULT 0. Create runs it when needed.
 func (t *Table) UpgradeDDL() string { return t.upgradeSQL }
 
-// Create creates the table if it does not exist, and adds the holder column
-// to a table created by an earlier version of this package. It is safe to
-// run at every start-up, and from several processes at once.
+// Create creates the table if it does not exist, and adds the holder and
+// epoch columns to a table created by an earlier version of this package.
+// It is safe to run at every start-up, and from several processes at once.
 func (t *Table) Create(ctx context.Context, db DB) error {
 	if err := checkCall(ctx, db); err != nil {
 		return err
@@ -196,17 +209,17 @@ func (t *Table) Create(ctx context.Context, db DB) error {
 	// Look before altering: ALTER TABLE takes an ACCESS EXCLUSIVE lock even
 	// when it has nothing to do, which at every start-up would queue all
 	// guarded transactions behind any long one, and needs the table's owner.
-	var has bool
-	if err := db.QueryRow(ctx, t.hasHolderSQL, t.name).Scan(&has); err != nil {
-		return fmt.Errorf("fencing: look for the holder column of %s: %w", t.name, err)
+	var current bool
+	if err := db.QueryRow(ctx, t.currentSQL, t.name).Scan(&current); err != nil {
+		return fmt.Errorf("fencing: look for the columns of %s: %w", t.name, err)
 	}
-	if has {
+	if current {
 		return nil
 	}
 	// Processes starting together may all get here: the ALTERs queue on
 	// the table lock and IF NOT EXISTS makes the later ones no-ops.
 	if _, err := db.Exec(ctx, t.upgradeSQL); err != nil {
-		return fmt.Errorf("fencing: add the holder column to %s: %w", t.name, err)
+		return fmt.Errorf("fencing: add the holder and epoch columns to %s: %w", t.name, err)
 	}
 	return nil
 }
@@ -215,10 +228,11 @@ func (t *Table) Create(ctx context.Context, db DB) error {
 // unique_violation, duplicate_object, duplicate_table.
 var alreadyExists = map[string]bool{"23505": true, "42710": true, "42P07": true}
 
-// Guard raises the fence of resource to f inside tx, recording f's token
-// and holder. It accepts a token larger than the stored one, from anyone,
-// and a token equal to it only from the holder that stored it, so one
-// holder may write many times but two holders never pass with one token.
+// Guard raises the fence of resource to f inside tx, recording f's epoch,
+// token and holder. It accepts an (epoch, token) pair larger than the
+// stored one, from anyone, and a pair equal to it only from the holder that
+// stored it, so one holder may write many times but two holders never pass
+// with one token; a larger epoch wins whatever its token.
 // Otherwise it returns a *StaleTokenError (matching ErrStaleToken). Take f
 // from [distlock.Lease.Fence]. Call Guard as the first statement of the
 // transaction, before reading what you will write (see the package doc),
@@ -233,7 +247,7 @@ func (t *Table) Guard(ctx context.Context, tx pgx.Tx, resource string, f distloc
 		return err
 	}
 	var got int64
-	err := tx.QueryRow(ctx, t.guardSQL, resource, int64(f.Token), f.Holder).Scan(&got)
+	err := tx.QueryRow(ctx, t.guardSQL, resource, f.Epoch, int64(f.Token), f.Holder).Scan(&got)
 	if err == nil {
 		return nil
 	}
@@ -242,10 +256,10 @@ func (t *Table) Guard(ctx context.Context, tx pgx.Tx, resource string, f distloc
 	}
 	// Stale. Read the winning fence for the error; this runs only on the
 	// rejection path, so the accepted path stays one statement.
-	se := &StaleTokenError{Resource: fmt.Sprintf("%q", resource), Token: f.Token, Holder: f.Holder}
+	se := &StaleTokenError{Resource: fmt.Sprintf("%q", resource), Epoch: f.Epoch, Token: f.Token, Holder: f.Holder}
 	var stored int64
 	var holder *string
-	if tx.QueryRow(ctx, t.storedSQL, resource).Scan(&stored, &holder) == nil {
+	if tx.QueryRow(ctx, t.storedSQL, resource).Scan(&se.StoredEpoch, &stored, &holder) == nil {
 		se.Stored = distlock.Token(stored)
 		if holder != nil {
 			se.StoredHolder = *holder
@@ -345,6 +359,8 @@ const maxHolder = 255
 
 func checkFence(f distlock.Fence) error {
 	switch {
+	case f.Epoch < 0:
+		return invalid("fence epoch %d is negative", f.Epoch)
 	case f.Token <= 0:
 		// Every backend's tokens are positive; zero is an unset Token.
 		return invalid("token %d is not positive", f.Token)

@@ -38,6 +38,11 @@ type RowUpdate struct {
 	// tokens outright (a strict <) would refuse a holder's own second
 	// write, such as the write after its claim.
 	Holder string
+	// Epoch is the bigint column holding the fence epoch of that token
+	// (NULL counts as 0), compared before the token. Optional: without it
+	// only fences of epoch 0 are accepted (any other is invalid input), so
+	// add it before raising the epoch (see the package doc).
+	Epoch string
 	// Key picks the row: column = value for each entry, ANDed. It must
 	// identify at most one row and its values must not be NULL.
 	Key []Column
@@ -51,9 +56,10 @@ type RowUpdate struct {
 //	UPDATE table SET set..., fence = f.Token, holder = f.Holder
 //	WHERE key... AND (fence < f.Token OR (fence = f.Token AND holder = f.Holder))
 //
-// and returns nil if the row was written: a larger token is accepted from
-// anyone, an equal one only from the holder that wrote it (a NULL fence
-// counts as 0; a NULL holder matches no one). Zero rows written means
+// (with an Epoch column, (epoch, fence) pairs compare against (f.Epoch,
+// f.Token) instead), and returns nil if the row was written: a larger token
+// is accepted from anyone, an equal one only from the holder that wrote it
+// (a NULL fence or epoch counts as 0; a NULL holder matches no one). Zero rows written means
 // either the row's fence is ahead of f, or at f's token from another
 // holder — a *StaleTokenError matching ErrStaleToken — or no row matches the
 // key, ErrRowNotFound; a second read, only on this failure path, tells which
@@ -79,17 +85,18 @@ func UpdateRow(ctx context.Context, db DB, u RowUpdate, f distlock.Fence) error 
 	if tag.RowsAffected() > 0 {
 		return nil
 	}
-	var stored int64
+	var epoch, stored int64
 	var holder *string // NULL: never written with a holder
-	err = db.QueryRow(ctx, check, args[len(u.Set)+2:]...).Scan(&stored, &holder)
+	err = db.QueryRow(ctx, check, args[len(args)-len(u.Key):]...).Scan(&epoch, &stored, &holder)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: %s", ErrRowNotFound, u.describe())
 	case err != nil:
 		// Nothing was written; only the reason is unknown.
 		return fmt.Errorf("fencing: update %s wrote no row (stale token or no such row; reading which failed: %w)", u.describe(), err)
-	case distlock.Token(stored) > f.Token, distlock.Token(stored) == f.Token && (holder == nil || *holder != f.Holder):
-		se := &StaleTokenError{Resource: u.describe(), Token: f.Token, Holder: f.Holder, Stored: distlock.Token(stored)}
+	case staleAgainst(f, epoch, distlock.Token(stored), holder):
+		se := &StaleTokenError{Resource: u.describe(), Epoch: f.Epoch, Token: f.Token, Holder: f.Holder,
+			StoredEpoch: epoch, Stored: distlock.Token(stored)}
 		if holder != nil {
 			se.StoredHolder = *holder
 		}
@@ -98,6 +105,18 @@ func UpdateRow(ctx context.Context, db DB, u RowUpdate, f distlock.Fence) error 
 		// The row appeared, or its fence fell back, after the update ran.
 		return fmt.Errorf("%w when the update ran: %s", ErrRowNotFound, u.describe())
 	}
+}
+
+// staleAgainst reports whether f is refused by a stored (epoch, token) and
+// holder: a larger pair, or an equal one from another holder.
+func staleAgainst(f distlock.Fence, epoch int64, token distlock.Token, holder *string) bool {
+	switch {
+	case epoch != f.Epoch:
+		return epoch > f.Epoch
+	case token != f.Token:
+		return token > f.Token
+	}
+	return holder == nil || *holder != f.Holder
 }
 
 // build returns the UPDATE, the fence read for the failure path, and the
@@ -121,17 +140,20 @@ func (u *RowUpdate) build(f distlock.Fence) (update, check string, args []any, e
 	if u.Holder == u.Fence {
 		return "", "", nil, invalid("holder column %q is the fence column", u.Holder)
 	}
+	if err := u.checkEpoch(f); err != nil {
+		return "", "", nil, err
+	}
 	if len(u.Key) == 0 {
 		// Without a key the UPDATE would write every row.
 		return "", "", nil, invalid("no key columns")
 	}
-	seen := map[string]bool{u.Fence: true, u.Holder: true}
+	seen := map[string]bool{u.Fence: true, u.Holder: true, u.Epoch: u.Epoch != ""}
 	for _, c := range u.Set {
 		if err := checkIdent(c.Name); err != nil {
 			return "", "", nil, invalid("set column: %w", err)
 		}
 		if seen[c.Name] {
-			return "", "", nil, invalid("column %q is set twice or is the fence or holder column", c.Name)
+			return "", "", nil, invalid("column %q is set twice or is the fence, holder or epoch column", c.Name)
 		}
 		seen[c.Name] = true
 	}
@@ -153,7 +175,19 @@ func (u *RowUpdate) build(f distlock.Fence) (update, check string, args []any, e
 	}
 	args = append(args, int64(f.Token), f.Holder)
 	tok, who := "$"+strconv.Itoa(len(args)-1), "$"+strconv.Itoa(len(args))
-	b.WriteString(fence + " = " + tok + ", " + holder + " = " + who + " WHERE ")
+	b.WriteString(fence + " = " + tok + ", " + holder + " = " + who)
+	// Without an epoch column the row's pairs are (0, fence), and only
+	// epoch 0 fences get here (checkEpoch).
+	mine, stored, storedEpoch := tok, "COALESCE("+fence+", 0)", "0"
+	if u.Epoch != "" {
+		args = append(args, f.Epoch)
+		epoch := pgx.Identifier{u.Epoch}.Sanitize()
+		b.WriteString(", " + epoch + " = $" + strconv.Itoa(len(args)))
+		mine = "($" + strconv.Itoa(len(args)) + "::bigint, " + tok + "::bigint)"
+		storedEpoch = "COALESCE(" + epoch + ", 0)"
+		stored = "(" + storedEpoch + ", COALESCE(" + fence + ", 0))"
+	}
+	b.WriteString(" WHERE ")
 	var where strings.Builder
 	for i, c := range u.Key {
 		args = append(args, c.Value)
@@ -164,8 +198,8 @@ func (u *RowUpdate) build(f distlock.Fence) (update, check string, args []any, e
 	}
 	// A NULL holder equals nothing: a row last written without one
 	// accepts only a larger token.
-	b.WriteString(where.String() + " AND (COALESCE(" + fence + ", 0) < " + tok +
-		" OR (" + fence + " = " + tok + " AND " + holder + " = " + who + "))")
+	b.WriteString(where.String() + " AND (" + stored + " < " + mine +
+		" OR (" + stored + " = " + mine + " AND " + holder + " = " + who + "))")
 
 	// The read numbers its Key placeholders from $1.
 	var cw strings.Builder
@@ -175,8 +209,26 @@ func (u *RowUpdate) build(f distlock.Fence) (update, check string, args []any, e
 		}
 		cw.WriteString(pgx.Identifier{c.Name}.Sanitize() + " = $" + strconv.Itoa(i+1))
 	}
-	check = "SELECT COALESCE(" + fence + ", 0), " + holder + " FROM " + table + " WHERE " + cw.String() + " LIMIT 1"
+	check = "SELECT " + storedEpoch + ", COALESCE(" + fence + ", 0), " + holder + " FROM " + table + " WHERE " + cw.String() + " LIMIT 1"
 	return b.String(), check, args, nil
+}
+
+// checkEpoch refuses an epoch column that collides, and a fence of a
+// non-zero epoch where the row has no epoch column to compare it with.
+func (u *RowUpdate) checkEpoch(f distlock.Fence) error {
+	if u.Epoch == "" {
+		if f.Epoch != 0 {
+			return invalid("fence epoch %d needs RowUpdate.Epoch, a bigint column of the row", f.Epoch)
+		}
+		return nil
+	}
+	if err := checkIdent(u.Epoch); err != nil {
+		return invalid("epoch column: %w", err)
+	}
+	if u.Epoch == u.Fence || u.Epoch == u.Holder {
+		return invalid("epoch column %q is the fence or holder column", u.Epoch)
+	}
+	return nil
 }
 
 // describe names the row for errors: table and key values.
