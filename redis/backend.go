@@ -39,7 +39,7 @@ type backend struct {
 //	}
 //
 // Lock is the lock key (the owner value, with a PX expiry), Counter the
-// fencing-token counter (never expires), Holder the holder record (owner,
+// fencing-token counter (expiring an hour past its last lock), Holder the holder record (owner,
 // token and value, expiring with the lock) and Channel the pub/sub channel
 // of release notices; see Key layout in the package documentation. Its
 // other fields name short-lived keys of the scripts. Keys is an alias of
@@ -82,7 +82,7 @@ func (h *handle) As(target any) bool {
 
 var guarantees = distlock.Guarantees{
 	Backend:           "redis",
-	TokenSource:       "per-key counter that never expires, advanced to max(counter+1, server TIME in µs) in the same Lua script as SET NX PX",
+	TokenSource:       "per-key counter, advanced to max(counter+1, server TIME in µs) in the same Lua script as SET NX PX, expiring an hour past its last lock",
 	Wait:              distlock.WaitNotify,
 	FailuresTolerated: 0,
 	ClockDependent:    true,
@@ -90,7 +90,7 @@ var guarantees = distlock.Guarantees{
 	Notes: []string{
 		"the server expires a lock by its wall clock, the lease's deadline runs on the client's: a server clock stepped forward, or a client host suspended past the TTL, can free a held lock early",
 		"a failover to a lagging replica, or a restart without appendfsync always, can lose held locks; WithWaitReplicas runs WAIT after each acquire and refresh to narrow the failover window",
-		"tokens still increase across restarts and failovers while server clocks differ by less than the restart or failover takes (a lost or lagging counter restarts from the server's clock in µs)",
+		"tokens still increase across restarts and failovers while server clocks differ by less than the restart or failover takes (a lost or lagging counter restarts from the server's clock in µs), and across a counter's expiry an hour past its last lock while the clock does not step back by more than that",
 		"maxmemory-policy allkeys-* can evict the token counter; the backend warns, or refuses with WithEvictionCheck(EvictionRefuse)",
 		"waiters are woken by pub/sub and race for the lock, not in FIFO order, unless WithFairQueue keeps them in order (TryAcquire takes a free lock regardless)",
 	},

@@ -6,9 +6,10 @@
 // # How it works
 //
 // Acquire is one round trip: a Lua script runs SET lock owner NX PX ttl and,
-// only if that succeeded, advances a per-key counter that never expires to
-// max(counter + 1, the server's TIME in microseconds); the counter is the
-// fencing token. When the key is held the script returns the holder's PTTL
+// only if that succeeded, advances a per-key counter to max(counter + 1,
+// the server's TIME in microseconds); the counter is the fencing token. It
+// expires an hour past the key's last lock: the clock has passed it by
+// then, so tokens keep increasing unless the clock steps back by more. When the key is held the script returns the holder's PTTL
 // instead, which bounds the fallback poll of a waiter. Refresh (PEXPIRE) and
 // release (DEL, then PUBLISH a release notice) are Lua scripts that first
 // compare the stored owner value, a random 128-bit value unique to each
@@ -37,7 +38,7 @@
 // With the default prefix "distlock:", key "orders/42" uses
 //
 //	distlock:{orders/42}            the lock: owner value, PX expiry
-//	distlock:{orders/42}:token      the token counter, no expiry
+//	distlock:{orders/42}:token      the token counter, until an hour past the last lock
 //	distlock:{orders/42}:holder     the holder record (hash: owner, token, value), only with WithValue
 //	distlock:{orders/42}:seq        the holder's last refresh number (until 5 s past the lock)
 //	distlock:{orders/42}:released   the pub/sub channel of release notices

@@ -11,7 +11,7 @@ import "strings"
 // scripts.
 type Keys struct {
 	Lock    string // the lock: owner value, with a PX expiry
-	Counter string // the fencing-token counter: advanced per grant, never expires
+	Counter string // the fencing-token counter: advanced per grant, expiring CounterLinger after its last lock
 	Channel string // pub/sub channel of release notices (not a key)
 	Gone    string // prefix of the tombstones of recent releases and refusals, one per owner (see GoneFor)
 	Retake  string // Redlock: the nonce of the refresh that last took the lock back
@@ -36,7 +36,7 @@ func (k Keys) GoneFor(owner string) string { return k.Gone + ":" + owner }
 // KeysFor returns the layout of key under prefix:
 //
 //	<prefix>{<key>}            lock
-//	<prefix>{<key>}:token      token counter
+//	<prefix>{<key>}:token      token counter (CounterLinger past its last lock)
 //	<prefix>{<key>}:released   release channel
 //	<prefix>{<key>}:gone:<o>   tombstone of owner o's release (short-lived)
 //	<prefix>{<key>}:retake     Redlock's retake marker (short-lived)

@@ -133,9 +133,9 @@ func AcquireOn(ctx context.Context, c Doer, k Keys, owner string, ttl time.Durat
 
 func acquireWords(k Keys, gone, owner string, ms, tomb int64, value string) []any {
 	if value == "" {
-		return []any{nil, nil, 3, k.Lock, k.Counter, gone, owner, ms, tomb}
+		return []any{nil, nil, 3, k.Lock, k.Counter, gone, owner, ms, tomb, counterLife(ms)}
 	}
-	return []any{nil, nil, 4, k.Lock, k.Counter, gone, k.Holder, owner, ms, tomb, value}
+	return []any{nil, nil, 4, k.Lock, k.Counter, gone, k.Holder, owner, ms, tomb, counterLife(ms), value}
 }
 
 // MaxLate is the longest a request may be held up in the network (a
@@ -151,6 +151,17 @@ const MaxLate = driver.DefaultReleaseTimeout
 // slow or paused server, which can run it long after, so for its TTL as
 // well as MaxLate.
 func GiveBackTombstone(ttl time.Duration) time.Duration { return ttl + MaxLate }
+
+// CounterLinger is how long a key's token counter outlives its last lock.
+// A counter that has expired is not needed: the next token comes from the
+// server's clock in µs, past every earlier token unless the clock steps
+// back by more than this, so a key locked once leaves nothing behind for
+// long (see acquire.lua).
+const CounterLinger = time.Hour
+
+// counterLife is a counter's expiry after a grant or refresh of a lock of
+// ttlMS milliseconds.
+func counterLife(ttlMS int64) int64 { return ttlMS + CounterLinger.Milliseconds() }
 
 // seqLife is how long a refresh's sequence lasts: its lock's TTL and MaxLate.
 func seqLife(ttl time.Duration) int64 { return millis(ttl + MaxLate) }
@@ -188,7 +199,7 @@ func AcquireFairOn(ctx context.Context, c Doer, k Keys, owner string, ttl time.D
 	gone, ms, tomb := k.GoneFor(owner), millis(ttl), millis(MaxLate)
 	waiters, deadlines := k.Queue()
 	return acquireResult(acquire.run(ctx, c, func() []any {
-		return []any{nil, nil, 6, k.Lock, k.Counter, gone, k.Holder, waiters, deadlines, owner, ms, tomb, value, waiter, millis(window), k.Channel}
+		return []any{nil, nil, 6, k.Lock, k.Counter, gone, k.Holder, waiters, deadlines, owner, ms, tomb, counterLife(ms), value, waiter, millis(window), k.Channel}
 	}))
 }
 
@@ -234,7 +245,8 @@ func acquireResult(cmd *goredis.Cmd) (AcquireResult, error) {
 // higher-numbered one ran changes nothing. It reports whether the lock was
 // ours.
 func RefreshOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl time.Duration, withValue bool, seq uint64) (bool, error) {
-	n, err := refreshScript.Run(ctx, c, refreshKeys(k, withValue), owner, millis(ttl), seqArg(seq), seqLife(ttl)).Int64()
+	n, err := refreshScript.Run(ctx, c, refreshKeys(k, withValue), owner, millis(ttl), seqArg(seq), seqLife(ttl),
+		counterLife(millis(ttl))).Int64()
 	if err != nil {
 		return false, fmt.Errorf("refresh script: %w", err)
 	}
@@ -262,9 +274,9 @@ type Refresh struct {
 // sequence, and the holder record only when there is one to extend.
 func refreshKeys(k Keys, withValue bool) []string {
 	if withValue {
-		return []string{k.Lock, k.Seq, k.Holder}
+		return []string{k.Lock, k.Seq, k.Counter, k.Holder}
 	}
-	return []string{k.Lock, k.Seq}
+	return []string{k.Lock, k.Seq, k.Counter}
 }
 
 // RefreshManyOn runs the refresh script for every lock, all in one
@@ -279,9 +291,11 @@ func RefreshManyOn(ctx context.Context, c goredis.UniversalClient, locks []Refre
 	calls := make(batch, len(locks))
 	for i, l := range locks {
 		if l.WithValue {
-			calls[i] = []any{nil, nil, 3, l.Keys.Lock, l.Keys.Seq, l.Keys.Holder, l.Owner, millis(l.TTL), seqArg(l.Seq), seqLife(l.TTL)}
+			calls[i] = []any{nil, nil, 4, l.Keys.Lock, l.Keys.Seq, l.Keys.Counter, l.Keys.Holder, l.Owner, millis(l.TTL), seqArg(l.Seq),
+				seqLife(l.TTL), counterLife(millis(l.TTL))}
 		} else {
-			calls[i] = []any{nil, nil, 2, l.Keys.Lock, l.Keys.Seq, l.Owner, millis(l.TTL), seqArg(l.Seq), seqLife(l.TTL)}
+			calls[i] = []any{nil, nil, 3, l.Keys.Lock, l.Keys.Seq, l.Keys.Counter, l.Owner, millis(l.TTL), seqArg(l.Seq),
+				seqLife(l.TTL), counterLife(millis(l.TTL))}
 		}
 	}
 	ok = make([]bool, len(locks))
@@ -373,7 +387,7 @@ func (b *ExtendBatch) On(ctx context.Context, c goredis.UniversalClient) (res []
 		l := b.locks[i]
 		repair[i] = []any{nil, nil, 6, l.Keys.Lock, l.Keys.Counter, l.Keys.GoneFor(l.Owner), l.Keys.Retake,
 			l.Keys.Holder, l.Keys.Seq, l.Owner, millis(l.TTL), strconv.FormatInt(int64(l.Token), 10), l.Nonce, l.Value, seqArg(l.Seq),
-			seqLife(l.TTL)}
+			seqLife(l.TTL), counterLife(millis(l.TTL))}
 	}
 	repair.send(ctx, c, extendWords, "extend", rest, errs, func(i int, n int64) error {
 		if n < 0 || n > 2 {
@@ -511,7 +525,8 @@ func RaiseTokenCall(k Keys, owner string, token distlock.Token, ttl time.Duratio
 	if token < 0 {
 		return Call{err: errors.New("raise script: negative token")}
 	}
-	return Call{script: raise, words: []any{nil, nil, 3, k.Lock, k.Counter, k.Holder, owner, strconv.FormatInt(int64(token), 10), millis(ttl), value}}
+	return Call{script: raise, words: []any{nil, nil, 3, k.Lock, k.Counter, k.Holder, owner, strconv.FormatInt(int64(token), 10), millis(ttl), value,
+		counterLife(millis(ttl))}}
 }
 
 // RaiseToken sends a RaiseTokenCall to one node: RaiseTokenOn.
@@ -548,7 +563,7 @@ func ExtendOn(ctx context.Context, c goredis.Scripter, k Keys, owner string, ttl
 		return 0, errors.New("extend script: negative token")
 	}
 	n, err := extendScript.Run(ctx, c, extendKeys(k, owner), owner, millis(ttl),
-		strconv.FormatInt(int64(token), 10), nonce, value, seqArg(seq), seqLife(ttl)).Int64()
+		strconv.FormatInt(int64(token), 10), nonce, value, seqArg(seq), seqLife(ttl), counterLife(millis(ttl))).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("extend script: %w", err)
 	}

@@ -1,18 +1,21 @@
 -- Take a lock and hand out its fencing token, in one round trip.
--- KEYS[1] lock key, KEYS[2] token counter (same hash slot, never expires),
+-- KEYS[1] lock key, KEYS[2] token counter (same hash slot, expiring ARGV[4]
+-- after the last grant),
 -- KEYS[3] this owner's tombstone key (set by a release of it, see release.lua,
 -- or by this script when it refuses the attempt),
--- KEYS[4] (with ARGV[4] only) holder record (a hash: owner, token, value)
+-- KEYS[4] (with ARGV[5] only) holder record (a hash: owner, token, value)
 -- ARGV[1] owner value (unique to the attempt), ARGV[2] TTL in milliseconds,
 -- ARGV[3] how long a refused attempt is remembered, in milliseconds: a copy
 -- of it that lands later (go-redis resent it past its read timeout while
 -- the first copy was held up) must not take the lock once it is free,
--- ARGV[4] (optional) the holder's value: when given and not '', the record
+-- ARGV[4] how long the token counter outlives this grant, in milliseconds
+-- (the lock's TTL and an hour: see below),
+-- ARGV[5] (optional) the holder's value: when given and not '', the record
 -- is written with the lock and expires with it; without it nothing else is
 -- touched
--- Fair waits (the redis backend's WithFairQueue), with ARGV[5] only:
--- ARGV[5] the waiter (the same on every attempt of one waiting Acquire),
--- ARGV[6] the hand-off window in ms, ARGV[7] the release-notice channel;
+-- Fair waits (the redis backend's WithFairQueue), with ARGV[6] only:
+-- ARGV[6] the waiter (the same on every attempt of one waiting Acquire),
+-- ARGV[7] the hand-off window in ms, ARGV[8] the release-notice channel;
 -- KEYS[5] the waiters in the order they came (score: µs), KEYS[6] each
 -- waiter's deadline (ms). A waiter takes a free lock only when no live
 -- waiter came before it; until then it is queued and told how long to wait. A place lapses when its waiter does not
@@ -22,7 +25,10 @@
 -- The token is max(counter + 1, the server's TIME in µs): a node restarted
 -- without its counter, from an older snapshot, or a promoted replica whose
 -- counter lags still hands out a larger token than any before, as long as
--- server clocks differ by less than the restart or failover takes.
+-- server clocks differ by less than the restart or failover takes. For the
+-- same reason the counter may expire once it is an hour past its last
+-- grant's lock: the clock has passed it by then, unless it steps back by
+-- more than that, so a key locked once leaves nothing behind for long.
 -- Returns the token as a decimal string when taken, the holder's remaining
 -- ms (PTTL, an integer) when held: one value, no array, for the client to
 -- decode.
@@ -37,7 +43,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   end
   return pttl
 end
-local waiter, nowms, nowus = ARGV[5], 0, 0
+local waiter, nowms, nowus = ARGV[6], 0, 0
 local function clock()
   local t = redis.call('TIME')
   nowms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -61,7 +67,7 @@ local function queue(wait)
     clock()
   end
   redis.call('ZADD', KEYS[5], 'NX', nowus, waiter)
-  redis.call('ZADD', KEYS[6], nowms + wait + tonumber(ARGV[6]) + placeSlack, waiter)
+  redis.call('ZADD', KEYS[6], nowms + wait + tonumber(ARGV[7]) + placeSlack, waiter)
   local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')[2]
   redis.call('PEXPIREAT', KEYS[5], last)
   redis.call('PEXPIREAT', KEYS[6], last)
@@ -103,11 +109,11 @@ if waiter then
     else
       -- Free: the first waiter has one window from when it is first seen
       -- free with that waiter first (after a release, a lapse, a dequeue).
-      redis.call('ZADD', KEYS[6], 'XX', 'LT', nowms + tonumber(ARGV[6]), head)
+      redis.call('ZADD', KEYS[6], 'XX', 'LT', nowms + tonumber(ARGV[7]), head)
       wait = tonumber(redis.call('ZSCORE', KEYS[6], head)) - nowms
     end
     refuse()
-    return queue(math.max(math.min(wait, tonumber(ARGV[6])), 1))
+    return queue(math.max(math.min(wait, tonumber(ARGV[7])), 1))
   end
   first = head == waiter
 end
@@ -167,11 +173,12 @@ else
   end
   token = redis.call('GET', KEYS[2])
 end
-if ARGV[4] and ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[4], 'owner', ARGV[1], 'token', token, 'value', ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+if ARGV[5] and ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[4], 'owner', ARGV[1], 'token', token, 'value', ARGV[5])
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
 end
 if announce then
-  redis.call('PUBLISH', ARGV[7], '=')
+  redis.call('PUBLISH', ARGV[8], '=')
 end
 return token

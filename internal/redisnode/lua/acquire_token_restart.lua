@@ -1,10 +1,12 @@
 -- Take a lock and hand out its fencing token, in one round trip.
 -- KEYS[1] lock key, KEYS[2] token counter (same hash slot, never expires),
 -- KEYS[3] this owner's tombstone key (set by a release of it, see release.lua),
--- KEYS[4] (with ARGV[4] only) holder record (a hash: owner, token, value)
+-- KEYS[4] (with ARGV[5] only) holder record (a hash: owner, token, value)
 -- ARGV[1] owner value (unique to the attempt), ARGV[2] TTL in milliseconds,
 -- ARGV[3] how long a refused attempt is remembered, in milliseconds,
--- ARGV[4] (optional) the holder's value: when given, the record is written
+-- ARGV[4] how long the token counter outlives this grant, in milliseconds
+-- (the lock's TTL and an hour: see below),
+-- ARGV[5] (optional) the holder's value: when given, the record is written
 -- with the lock and expires with it; without it nothing else is touched
 -- The token is max(counter + 1, the server's TIME in µs): a node restarted
 -- without its counter, from an older snapshot, or a promoted replica whose
@@ -49,8 +51,9 @@ local token = redis.call('GET', KEYS[2])
 -- MUTATION token-restart (cmd/internal/faults TestMutations; never loaded in a
 -- normal build): the token is counter + 1 only, so a restart that lost the
 -- counter hands out tokens from 1 again.
-if ARGV[4] and ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[4], 'owner', ARGV[1], 'token', token, 'value', ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+if ARGV[5] and ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[4], 'owner', ARGV[1], 'token', token, 'value', ARGV[5])
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
 end
 return token

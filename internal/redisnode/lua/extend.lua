@@ -7,7 +7,8 @@
 -- ARGV[1] owner value, ARGV[2] TTL in milliseconds, ARGV[3] the lease's
 -- token (decimal), ARGV[4] a nonce unique to this refresh, ARGV[5] the
 -- holder's value ('' for none), ARGV[6] this refresh's sequence number,
--- ARGV[7] how long the sequence outlives the lock (see refresh.lua)
+-- ARGV[7] how long the sequence outlives the lock (see refresh.lua),
+-- ARGV[8] how long a raised counter lasts (see acquire.lua)
 -- A copy of an older refresh that lands after a newer one ran here (go-redis
 -- resent it, or it was held up) changes nothing: it neither shortens nor
 -- lengthens the lock, nor takes it back.
@@ -58,6 +59,6 @@ redis.call('PEXPIRE', KEYS[5], ARGV[2])
 local n = redis.call('GET', KEYS[2]) or '0'
 local want = ARGV[3]
 if #n < #want or (#n == #want and n < want) then
-  redis.call('SET', KEYS[2], want)
+  redis.call('SET', KEYS[2], want, 'PX', ARGV[8])
 end
 return 2

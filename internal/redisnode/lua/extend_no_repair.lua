@@ -7,7 +7,8 @@
 -- ARGV[1] owner value, ARGV[2] TTL in milliseconds, ARGV[3] the lease's
 -- token (decimal), ARGV[4] a nonce unique to this refresh, ARGV[5] the
 -- holder's value ('' for none), ARGV[6] this refresh's sequence number,
--- ARGV[7] how long the sequence outlives the lock (see refresh.lua)
+-- ARGV[7] how long the sequence outlives the lock (see refresh.lua),
+-- ARGV[8] how long a raised counter lasts (see acquire.lua)
 -- A copy of an older refresh that lands after a newer one ran here (go-redis
 -- resent it, or it was held up) changes nothing: it neither shortens nor
 -- lengthens the lock, nor takes it back.
