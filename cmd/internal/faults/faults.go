@@ -350,8 +350,8 @@ func (env *Env) secondHolder(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	tok, fence := int64(lease.Token()), lease.Fence()
-	env.record(Event{Worker: id, Ev: "acquire", T0: t0, T: Mono(), Token: tok, Holder: fence.Holder})
-	w := Event{Worker: id, Ev: "write", T0: Mono(), Token: tok, Holder: fence.Holder}
+	env.record(Event{Worker: id, Ev: "acquire", T0: t0, T: Mono(), Epoch: fence.Epoch, Token: tok, Holder: fence.Holder})
+	w := Event{Worker: id, Ev: "write", T0: Mono(), Epoch: fence.Epoch, Token: tok, Holder: fence.Holder}
 	incr := func(q querier) error {
 		if err := q.QueryRow(ctx, `SELECT n FROM faults_counter WHERE key = $1`, env.Key).Scan(&w.Read); err != nil {
 			return err

@@ -18,6 +18,7 @@ type Event struct {
 	TW     int64  `json:"tw,omitempty"`     // write: CLOCK_MONOTONIC ns just before the UPDATE was sent
 	Worker int    `json:"w"`                // worker id
 	Ev     string `json:"ev"`               // acquire, release, write, lost, cont, error, stopped (an Acquire cut short by SIGTERM), start, exit, stall (T0 to T: the process ran nothing, see the worker); election: abandon; observer: observe, observe-error
+	Epoch  int64  `json:"epoch,omitempty"`  // acquire, write, abandon: the lease's Fence().Epoch, compared before Token
 	Token  int64  `json:"tok,omitempty"`    // fencing token of the lease involved
 	Holder string `json:"holder,omitempty"` // acquire, write: the lease's Fence().Holder
 	Read   int64  `json:"read,omitempty"`   // counter value read (write)

@@ -49,8 +49,8 @@ func (w *worker) election(ctx context.Context, watchers *sync.WaitGroup) error {
 			continue
 		}
 		lease := term.Lease()
-		tok := int64(term.Token())
-		w.rec.log(Event{Ev: "acquire", T0: t0, Token: tok, Holder: term.Fence().Holder, Leader: term.Value()})
+		tok, fence := int64(term.Token()), term.Fence()
+		w.rec.log(Event{Ev: "acquire", T0: t0, Epoch: fence.Epoch, Token: tok, Holder: fence.Holder, Leader: term.Value()})
 		w.setStatus("held " + strconv.FormatInt(tok, 10))
 		watchLoss(watchers, w.rec, lease)
 
@@ -98,7 +98,7 @@ func (w *worker) lead(ctx, octx context.Context, term *election.Term, end time.T
 		if nap(w.nap()) != nil {
 			return
 		}
-		wr := Event{Ev: "write", T0: mono(), Token: tok, Holder: fence.Holder}
+		wr := Event{Ev: "write", T0: mono(), Epoch: fence.Epoch, Token: tok, Holder: fence.Holder}
 		var err error
 		if w.mode == "guarded" {
 			err = fencing.WithGuard(octx, w.pool, w.key, fence, func(tx pgx.Tx) error {
@@ -109,7 +109,7 @@ func (w *worker) lead(ctx, octx context.Context, term *election.Term, end time.T
 		}
 		if errors.Is(err, errTermEnded) {
 			// Rolled back before the UPDATE: nothing was written.
-			w.rec.log(Event{Ev: "abandon", T0: wr.T0, Token: tok, Holder: fence.Holder, Read: wr.Read})
+			w.rec.log(Event{Ev: "abandon", T0: wr.T0, Epoch: fence.Epoch, Token: tok, Holder: fence.Holder, Read: wr.Read})
 			return
 		}
 		judgeWrite(&wr, err, term.Lease())

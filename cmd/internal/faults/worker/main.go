@@ -247,7 +247,7 @@ func (w *worker) lock(ctx context.Context, watchers *sync.WaitGroup) error {
 			continue
 		}
 		tok, fence := int64(lease.Token()), lease.Fence()
-		rec.log(Event{Ev: "acquire", T0: t0, Token: tok, Holder: fence.Holder})
+		rec.log(Event{Ev: "acquire", T0: t0, Epoch: fence.Epoch, Token: tok, Holder: fence.Holder})
 		setStatus("held " + strconv.FormatInt(tok, 10))
 		watchLoss(watchers, rec, lease)
 
@@ -257,7 +257,7 @@ func (w *worker) lock(ctx context.Context, watchers *sync.WaitGroup) error {
 		restc := func(d time.Duration) error { w.hold(ctx, octx, lease, d); return nil }
 		_ = restc(nap())
 		setStatus("db " + strconv.FormatInt(tok, 10))
-		wr := Event{Ev: "write", T0: mono(), Token: tok, Holder: fence.Holder}
+		wr := Event{Ev: "write", T0: mono(), Epoch: fence.Epoch, Token: tok, Holder: fence.Holder}
 		if mode == "guarded" {
 			err = fencing.WithGuard(octx, pool, key, fence, func(tx pgx.Tx) error {
 				return increment(octx, tx, key, nap(), restc, &wr)
