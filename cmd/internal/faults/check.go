@@ -71,7 +71,7 @@ type Check struct {
 	OverlapDetail string
 	Final         int64
 	LostUpdates   int64 // acknowledged increments missing from the final counter
-	StaleAccepts  int   // accepted writes whose token is below one committed before they began, or equal to one another holder committed
+	StaleAccepts  int   // accepted writes whose fence (epoch, token) is below one committed before they began, or equal to one another holder committed
 	// Linearizable is porcupine's verdict on the accepted read-modify-writes
 	// seen as atomic increments of one counter (plus the final read):
 	// "ok", "illegal" or "unknown" (checker timed out).
@@ -181,11 +181,11 @@ func describeOverlap(ivs []interval, stalls map[int][]span) string {
 	return ""
 }
 
-// staleAccepts counts accepted writes whose token is lower than that of an
-// accepted write that had committed before they wrote (before their UPDATE
-// was sent, so surely before their commit), or equal to it from another
-// holder (a repeated token): the writes a fence exists to refuse. Writes
-// whose order is not certain are not compared.
+// staleAccepts counts accepted writes whose fence (epoch, then token; see
+// fenceKey) is below that of an accepted write that had committed before
+// they wrote (before their UPDATE was sent, so surely before their commit),
+// or equal to it from another holder (a repeated token): the writes a fence
+// exists to refuse. Writes whose order is not certain are not compared.
 func staleAccepts(writes []Event) int {
 	var ok []Event
 	for _, w := range writes {
@@ -194,32 +194,34 @@ func staleAccepts(writes []Event) int {
 		}
 	}
 	slices.SortFunc(ok, func(a, b Event) int { return cmpInt(a.T, b.T) })
-	maxTok := make([]int64, len(ok)) // max token among ok[:i+1]
-	var m int64 = math.MinInt64
+	maxFence := make([]fenceKey, len(ok)) // the largest fence among ok[:i+1]
 	for i, w := range ok {
-		m = max(m, w.Token)
-		maxTok[i] = m
+		maxFence[i] = fenceOf(w)
+		if i > 0 && maxFence[i].less(maxFence[i-1]) {
+			maxFence[i] = maxFence[i-1]
+		}
 	}
-	// The holders that committed each token, with when they first did.
+	// The holders that committed each fence, with when they first did.
 	type first struct {
 		holder string
 		t      int64
 	}
-	byTok := map[int64][]first{}
+	byFence := map[fenceKey][]first{}
 	for _, w := range ok {
-		if w.Holder == "" || slices.ContainsFunc(byTok[w.Token], func(f first) bool { return f.holder == w.Holder }) {
+		k := fenceOf(w)
+		if w.Holder == "" || slices.ContainsFunc(byFence[k], func(f first) bool { return f.holder == w.Holder }) {
 			continue
 		}
-		byTok[w.Token] = append(byTok[w.Token], first{w.Holder, w.T})
+		byFence[k] = append(byFence[k], first{w.Holder, w.T})
 	}
 	n := 0
 	for _, w := range ok {
 		// writes committed strictly before w wrote
 		i := sort.Search(len(ok), func(i int) bool { return ok[i].T >= w.TW })
 		switch {
-		case i > 0 && maxTok[i-1] > w.Token:
+		case i > 0 && fenceOf(w).less(maxFence[i-1]):
 			n++
-		case w.Holder != "" && slices.ContainsFunc(byTok[w.Token], func(f first) bool { return f.holder != w.Holder && f.t < w.TW }):
+		case w.Holder != "" && slices.ContainsFunc(byFence[fenceOf(w)], func(f first) bool { return f.holder != w.Holder && f.t < w.TW }):
 			n++
 		}
 	}

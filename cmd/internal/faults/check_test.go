@@ -22,6 +22,9 @@ func wr(w int, tok, t0, t, read int64, res string) Event {
 	return Event{Worker: w, Ev: "write", Token: tok, T0: t0, TW: t - 1, T: t, Read: read, Value: read + 1, Result: res}
 }
 
+// inEpoch is e with its fence at epoch ep.
+func inEpoch(ep int64, e Event) Event { e.Epoch = ep; return e }
+
 func TestCheckCleanHistory(t *testing.T) {
 	evs := [][]Event{
 		{acq(0, 1, 10), wr(0, 1, 11, 15, 0, "ok"), rel(0, 1, 16), acq(0, 3, 40), wr(0, 3, 41, 45, 2, "ok"), rel(0, 3, 46)},
@@ -116,6 +119,51 @@ func TestCheckRepeatedTokenAccepted(t *testing.T) {
 	evs[1] = nil
 	if c := check(evs, 2, 100); c.StaleAccepts != 0 {
 		t.Fatalf("stale accepts = %d for one holder writing twice, want 0", c.StaleAccepts)
+	}
+}
+
+// TestCheckEpochRaiseIsNotStale: when the key space moves to another
+// backend, the operator raises the epoch and the new backend's tokens start
+// from its own counter, far below the old ones. The guard accepts them (the
+// epoch is compared first), and so must the checker: writes at epoch 1 with
+// small tokens after epoch-0 writes with large ones are in order.
+func TestCheckEpochRaiseIsNotStale(t *testing.T) {
+	evs := [][]Event{
+		{acq(0, 1000, 10), wr(0, 1000, 11, 15, 0, "ok"), rel(0, 1000, 16),
+			inEpoch(1, acq(0, 3, 40)), inEpoch(1, wr(0, 3, 41, 45, 2, "ok")), rel(0, 3, 46)},
+		{acq(1, 1001, 20), wr(1, 1001, 21, 25, 1, "ok"), rel(1, 1001, 26),
+			inEpoch(1, acq(1, 5, 50)), inEpoch(1, wr(1, 5, 51, 55, 3, "ok")), rel(1, 5, 56)},
+	}
+	if c := check(evs, 4, 100); c.StaleAccepts != 0 || c.Accepted != 4 {
+		t.Fatalf("accepted %d, stale accepts %d; want 4 and 0 (the epoch-1 writes outrank the epoch-0 ones)", c.Accepted, c.StaleAccepts)
+	}
+}
+
+// TestCheckOldEpochWriteIsStale: a holder of the old deployment (epoch 0)
+// whose write commits after one at the new epoch committed slipped past
+// the fence, however large its token: the move is meant to fence out every
+// old holder at once.
+func TestCheckOldEpochWriteIsStale(t *testing.T) {
+	evs := [][]Event{
+		{acq(0, 1000, 10), wr(0, 1000, 11, 35, 1, "ok")},
+		{inEpoch(1, acq(1, 3, 20)), inEpoch(1, wr(1, 3, 21, 25, 0, "ok")), rel(1, 3, 26)},
+	}
+	if c := check(evs, 2, 100); c.StaleAccepts != 1 {
+		t.Fatalf("stale accepts = %d, want 1 (epoch 0 token 1000 after epoch 1 token 3 committed)", c.StaleAccepts)
+	}
+}
+
+// TestCheckEqualTokenInAnotherEpochIsNotRepeated: two backends may hand out
+// the same number; at different epochs they are different fences, so a
+// second holder writing with it is not a token handed out twice.
+func TestCheckEqualTokenInAnotherEpochIsNotRepeated(t *testing.T) {
+	by := func(e Event, holder string) Event { e.Holder = holder; return e }
+	evs := [][]Event{
+		{acq(0, 7, 10), by(wr(0, 7, 11, 15, 0, "ok"), "a"), rel(0, 7, 16)},
+		{inEpoch(1, acq(1, 7, 20)), by(inEpoch(1, wr(1, 7, 21, 25, 1, "ok")), "b"), rel(1, 7, 26)},
+	}
+	if c := check(evs, 2, 100); c.StaleAccepts != 0 {
+		t.Fatalf("stale accepts = %d, want 0 (token 7 at epochs 0 and 1 are two fences)", c.StaleAccepts)
 	}
 }
 
