@@ -14,7 +14,7 @@ import (
 // The rules the randomized harness checks. Each violation names one.
 const (
 	RuleMutex       = "a-mutual-exclusion" // two leases' [granted, locally-valid-until] intervals overlap
-	RuleTokenOrder  = "b-token-order"      // a later holder's token is not above an earlier one's
+	RuleTokenOrder  = "b-token-order"      // a later holder's fence (epoch, token) is not above an earlier one's
 	RuleStale       = "c-stale-accepted"   // the guard let a stale write through
 	RuleLost        = "c-lost-update"      // an acknowledged guarded write is missing
 	RuleLinear      = "c-linearizable"     // porcupine: the guarded register is not linearizable
@@ -39,7 +39,7 @@ func (v Violation) String() string { return v.Rule + ": " + v.Detail }
 // leaseRec is one lease as the history shows it.
 type leaseRec struct {
 	worker           int
-	token            int64
+	fence            fenceKey
 	t0, granted      int64 // Acquire called, returned
 	released, lost   int64 // release called, Done seen closed by loss; 0 if not
 	exp              int64 // local deadline at its end; 0 if unknown
@@ -50,7 +50,7 @@ type leaseRec struct {
 
 func (l leaseRec) String() string {
 	ms := func(t int64) string { return fmt.Sprintf("%.3fs", float64(t)/1e9) }
-	return fmt.Sprintf("w%d tok %d [granted %s, valid until %s, Done/release %s]", l.worker, l.token, ms(l.granted), ms(l.valid), ms(l.doneUntil))
+	return fmt.Sprintf("w%d %v [granted %s, valid until %s, Done/release %s]", l.worker, l.fence, ms(l.granted), ms(l.valid), ms(l.doneUntil))
 }
 
 func leasesOf(evs [][]Event) []leaseRec {
@@ -60,14 +60,14 @@ func leasesOf(evs [][]Event) []leaseRec {
 		for _, e := range wevs {
 			switch e.Ev {
 			case "acquire":
-				out = append(out, leaseRec{worker: e.Worker, token: e.Token, t0: e.T0, granted: e.T, holder: e.Holder})
+				out = append(out, leaseRec{worker: e.Worker, fence: fenceOf(e), t0: e.T0, granted: e.T, holder: e.Holder})
 				open = len(out) - 1
 			case "lost":
-				if open >= 0 && out[open].token == e.Token && out[open].lost == 0 {
+				if open >= 0 && out[open].fence.token == e.Token && out[open].lost == 0 {
 					out[open].lost, out[open].exp = e.T, e.Exp
 				}
 			case "release":
-				if open >= 0 && out[open].token == e.Token {
+				if open >= 0 && out[open].fence.token == e.Token {
 					out[open].released = e.T0
 					if out[open].exp == 0 || (e.Exp != 0 && e.Exp < out[open].exp) {
 						out[open].exp = e.Exp
@@ -226,22 +226,8 @@ func judgeRandom(evs [][]Event, c Check, tg *Target, m Mode, applied []Applied, 
 			}
 		}
 	}
-	// (b) token order: a grant whose attempt began after another grant
-	// returned must carry a larger token.
-	maxTok := make([]int64, len(ls))
-	maxAt := make([]int, len(ls))
-	for i, l := range ls {
-		maxTok[i], maxAt[i] = l.token, i
-		if i > 0 && maxTok[i-1] >= l.token {
-			maxTok[i], maxAt[i] = maxTok[i-1], maxAt[i-1]
-		}
-	}
-	for _, b := range ls {
-		i := sort.Search(len(ls), func(i int) bool { return ls[i].granted >= b.t0 })
-		if i > 0 && maxTok[i-1] >= b.token {
-			add(RuleTokenOrder, "%v began after %v was granted, with a token not above it", b, ls[maxAt[i-1]])
-		}
-	}
+	// (b) token order.
+	tokenOrder(ls, add)
 	// (c) the guarded register.
 	if c.StaleAccepts > 0 {
 		for range c.StaleAccepts {
@@ -364,6 +350,25 @@ func judgeRandom(evs [][]Event, c Check, tg *Target, m Mode, applied []Applied, 
 	}
 	observed(evs, add)
 	return v
+}
+
+// tokenOrder checks (b): a grant whose attempt began after another grant
+// returned must carry a larger fence (epoch, then token). ls is sorted by
+// grant.
+func tokenOrder(ls []leaseRec, add func(rule, format string, args ...any)) {
+	maxAt := make([]int, len(ls)) // the lease with the largest fence among ls[:i+1]
+	for i, l := range ls {
+		maxAt[i] = i
+		if i > 0 && !ls[maxAt[i-1]].fence.less(l.fence) {
+			maxAt[i] = maxAt[i-1]
+		}
+	}
+	for _, b := range ls {
+		i := sort.Search(len(ls), func(i int) bool { return ls[i].granted >= b.t0 })
+		if i > 0 && !ls[maxAt[i-1]].fence.less(b.fence) {
+			add(RuleTokenOrder, "%v began after %v was granted, with a fence not above it", b, ls[maxAt[i-1]])
+		}
+	}
 }
 
 // strandBound is how long a healthy waiter may wait while the key is free

@@ -391,3 +391,39 @@ func TestHangRule(t *testing.T) {
 		t.Error("hang-server asked for, never drawn")
 	}
 }
+
+// tokenOrderBreaks is how many times evs break b-token-order.
+func tokenOrderBreaks(evs [][]Event) int {
+	tg := &Target{Backend: "redis", TTL: time.Second, Renew: time.Second / 3, Linger: 500 * time.Millisecond}
+	return judgeRandom(evs, check(evs, 0, 1000), tg, Within, nil, 1000).Counted[RuleTokenOrder]
+}
+
+// TestTokenOrderAcrossEpochRaise: grants at a raised epoch come after every
+// grant of the old one whatever their tokens (a new backend's counter
+// starts low), and within the new epoch tokens must still increase.
+func TestTokenOrderAcrossEpochRaise(t *testing.T) {
+	evs := [][]Event{
+		{acq(0, 1000, 10), rel(0, 1000, 16), inEpoch(1, acq(0, 3, 40)), rel(0, 3, 46)},
+		{acq(1, 1001, 20), rel(1, 1001, 26), inEpoch(1, acq(1, 5, 50)), rel(1, 5, 56)},
+	}
+	if n := tokenOrderBreaks(evs); n != 0 {
+		t.Fatalf("b-token-order %d, want 0: epoch 1 outranks epoch 0 whatever the tokens", n)
+	}
+}
+
+// TestTokenOrderEqualTokenInNewEpoch: a grant at epoch 1 with the number an
+// epoch-0 grant had is above it (the epoch decides), while a smaller token
+// than an earlier grant's within one epoch is still out of order.
+func TestTokenOrderEqualTokenInNewEpoch(t *testing.T) {
+	evs := [][]Event{
+		{acq(0, 7, 10), rel(0, 7, 16)},
+		{inEpoch(1, acq(1, 7, 20)), rel(1, 7, 26)},
+	}
+	if n := tokenOrderBreaks(evs); n != 0 {
+		t.Fatalf("b-token-order %d, want 0: epoch 1 token 7 is above epoch 0 token 7", n)
+	}
+	evs[0] = append(evs[0], inEpoch(1, acq(0, 6, 40)), rel(0, 6, 46))
+	if n := tokenOrderBreaks(evs); n != 1 {
+		t.Fatalf("b-token-order %d, want 1: epoch 1 token 6 after epoch 1 token 7", n)
+	}
+}
