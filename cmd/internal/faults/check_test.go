@@ -197,6 +197,21 @@ func TestSupersededRefusals(t *testing.T) {
 	}
 }
 
+// TestSupersededRefusalsByLargerEpoch: a holder superseded by a grant at a
+// raised epoch is refused by the fence as designed, though the new grant's
+// token is smaller: the epoch decides.
+func TestSupersededRefusalsByLargerEpoch(t *testing.T) {
+	refused := wr(0, 5, 29, 30, 0, "stale")
+	refused.Valid = true
+	evs := [][]Event{
+		{acq(0, 5, 10), refused, rel(0, 5, 31)},
+		{inEpoch(1, acq(1, 2, 20)), rel(1, 2, 26)},
+	}
+	if n, targeted := supersededRefusals(evs, 5); n != 1 || targeted != 1 {
+		t.Fatalf("excused %d refusals (%d of the targeted token); want 1 and 1 (epoch 1 token 2 outranks epoch 0 token 5)", n, targeted)
+	}
+}
+
 func TestCheckNamesTheOverlap(t *testing.T) {
 	// Worker 0's loss notice comes 30 ms after worker 1's grant, and its
 	// process stalled 25 ms meanwhile: the detail says both.

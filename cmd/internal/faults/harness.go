@@ -464,9 +464,9 @@ func readWorkerLogs(t testing.TB, env *Env, evs [][]Event) {
 }
 
 // supersededRefusals counts the writes refused by the fence while their
-// lease stood (Valid) after another holder had been granted a larger token
-// since that lease's own grant, and how many of them had the token
-// targeted.
+// lease stood (Valid) after another holder had been granted a larger fence
+// (epoch, then token) since that lease's own grant, and how many of them
+// had the token targeted.
 func supersededRefusals(evs [][]Event, targeted int64) (n, ofTargeted int) {
 	var grants []Event
 	for _, wevs := range evs {
@@ -484,7 +484,7 @@ func supersededRefusals(evs [][]Event, targeted int64) (n, ofTargeted int) {
 				granted = e.T
 			case e.Ev == "write" && e.Result == "stale" && e.Valid:
 				if slices.ContainsFunc(grants, func(g Event) bool {
-					return g.Worker != e.Worker && g.Token > e.Token && g.T > granted && g.T < e.T
+					return g.Worker != e.Worker && fenceOf(e).less(fenceOf(g)) && g.T > granted && g.T < e.T
 				}) {
 					n++
 					if e.Token == targeted {
