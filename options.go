@@ -125,9 +125,9 @@ func WithReleaseTimeout(d time.Duration) Option {
 // WithFenceEpoch sets the fence epoch every lease's Fence carries (URL:
 // fence_epoch=N; default 0). A fenced resource compares the epoch before the
 // token: raise it when the key space moves to another backend or cluster,
-// whose tokens do not continue the old ones, and the first guarded write at
-// the new epoch makes every holder of the old deployment stale. See package
-// fencing for the procedure.
+// whose tokens do not continue the old ones. The first guarded write at the
+// new epoch on a resource makes every holder of the old deployment stale
+// there. See package fencing for the procedure.
 func WithFenceEpoch(epoch int64) Option {
 	return lockerOption("WithFenceEpoch", func(o *driver.Settings) {
 		if epoch < 0 {

@@ -83,8 +83,10 @@
 // from the Locker ([distlock.WithFenceEpoch], URL fence_epoch=N, default 0).
 // To move a key space to another backend or cluster:
 //
-//  1. Run Migrate (or UpgradeDDL) first, so the table has the epoch column
-//     (and a row table using UpdateRow an epoch column: RowUpdate.Epoch).
+//  1. Run Migrate (or UpgradeDDL) first, so the table has the epoch column.
+//     A row table written with UpdateRow needs an epoch column too, named
+//     in RowUpdate.Epoch by every writer, the old deployment's included:
+//     a writer that names none compares its token alone and would pass.
 //  2. Start the new deployment with an epoch larger than the old one's:
 //     fence_epoch=1 after 0, and so on. Never lower it.
 //  3. Its first guarded write on a resource makes every fence of the old

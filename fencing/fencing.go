@@ -108,7 +108,7 @@ const DefaultTable = "distlock_fence"
 type Table struct {
 	name                     string // quoted, possibly schema-qualified
 	ddl, guardSQL, storedSQL string
-	currentSQL, upgradeSQL   string
+	lookSQL, upgradeSQL      string
 }
 
 var defaultTable = mustTable(DefaultTable)
@@ -150,8 +150,8 @@ func NewTable(name ...string) (*Table, error) {
 			mutation.Pick("equal-token-accepted", "TRUE", "f.holder = excluded.holder") + ") " + // mutation: equal-token-accepted
 			"RETURNING token",
 		storedSQL: "SELECT epoch, token, holder FROM " + q + " WHERE resource = $1",
-		currentSQL: "SELECT count(*) = 2 FROM pg_catalog.pg_attribute " +
-			"WHERE attrelid = to_regclass($1) AND attname IN ('holder', 'epoch') AND NOT attisdropped",
+		lookSQL: "SELECT to_regclass($1) IS NOT NULL, (SELECT count(*) = 2 FROM pg_catalog.pg_attribute " +
+			"WHERE attrelid = to_regclass($1) AND attname IN ('holder', 'epoch') AND NOT attisdropped)",
 		upgradeSQL: "ALTER TABLE " + q + " ADD COLUMN IF NOT EXISTS holder text, " +
 			"ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0",
 	}, nil
@@ -189,39 +189,59 @@ func (t *Table) DDL() string { return t.ddl }
 // DEFAULT 0. Create runs it when needed.
 func (t *Table) UpgradeDDL() string { return t.upgradeSQL }
 
-// Create creates the table if it does not exist, and adds the holder and
-// epoch columns to a table created by an earlier version of this package.
-// It is safe to run at every start-up, and from several processes at once.
+// Create creates the table if it does not exist where the guard finds it
+// (the search_path), and adds the holder and epoch columns to a table
+// created by an earlier version of this package. It is safe to run at every
+// start-up, from several processes at once, and by a role that may only
+// read and write a current table (it then only reads the catalog).
 func (t *Table) Create(ctx context.Context, db DB) error {
 	if err := checkCall(ctx, db); err != nil {
 		return err
 	}
-	if _, err := db.Exec(ctx, t.ddl); err != nil {
-		// Concurrent CREATE TABLE IF NOT EXISTS can still collide on the
-		// catalog (the table, its row type, a unique index); the table
-		// exists then, which is the goal. Were it something else of that
-		// name, the column lookup below finds no table and says so.
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || !alreadyExists[pgErr.Code] {
-			return fmt.Errorf("fencing: create table %s: %w", t.name, err)
+	// Look first, as the guard resolves the name (search_path): CREATE TABLE
+	// IF NOT EXISTS looks only in the first schema of the path, so a role
+	// with a schema of its own would make an empty table there that hides
+	// the real one, and it needs rights (CREATE, a writable session) that a
+	// runtime role on a current table does not have.
+	exists, current, err := t.look(ctx, db)
+	if err != nil || current {
+		return err
+	}
+	if !exists {
+		if _, err := db.Exec(ctx, t.ddl); err != nil {
+			// Concurrent CREATE TABLE IF NOT EXISTS can still collide on
+			// the catalog (the table, its row type, a unique index); the
+			// table exists then, which is the goal. Were it something else
+			// of that name, the look below finds no table and says so.
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || !alreadyExists[pgErr.Code] {
+				return fmt.Errorf("fencing: create table %s: %w", t.name, err)
+			}
+		}
+		if exists, current, err = t.look(ctx, db); err != nil || current {
+			return err
+		}
+		if !exists {
+			return fmt.Errorf("fencing: table %s was created but is not found on the search_path", t.name)
 		}
 	}
-	// Look before altering: ALTER TABLE takes an ACCESS EXCLUSIVE lock even
-	// when it has nothing to do, which at every start-up would queue all
-	// guarded transactions behind any long one, and needs the table's owner.
-	var current bool
-	if err := db.QueryRow(ctx, t.currentSQL, t.name).Scan(&current); err != nil {
-		return fmt.Errorf("fencing: look for the columns of %s: %w", t.name, err)
-	}
-	if current {
-		return nil
-	}
 	// Processes starting together may all get here: the ALTERs queue on
-	// the table lock and IF NOT EXISTS makes the later ones no-ops.
+	// the table lock and IF NOT EXISTS makes the later ones no-ops. ALTER
+	// TABLE runs only when there is something to add: it takes an ACCESS
+	// EXCLUSIVE lock even when it has nothing to do, and needs the owner.
 	if _, err := db.Exec(ctx, t.upgradeSQL); err != nil {
 		return fmt.Errorf("fencing: add the holder and epoch columns to %s: %w", t.name, err)
 	}
 	return nil
+}
+
+// look reports whether the table exists where the guard finds it, and
+// whether it has every column of this version.
+func (t *Table) look(ctx context.Context, db DB) (exists, current bool, err error) {
+	if err := db.QueryRow(ctx, t.lookSQL, t.name).Scan(&exists, &current); err != nil {
+		return false, false, fmt.Errorf("fencing: look for table %s: %w", t.name, err)
+	}
+	return exists, current, nil
 }
 
 // alreadyExists are the SQLSTATEs of a CREATE that lost a race with another:

@@ -39,9 +39,10 @@ type RowUpdate struct {
 	// write, such as the write after its claim.
 	Holder string
 	// Epoch is the bigint column holding the fence epoch of that token
-	// (NULL counts as 0), compared before the token. Optional: without it
-	// only fences of epoch 0 are accepted (any other is invalid input), so
-	// add it before raising the epoch (see the package doc).
+	// (NULL counts as 0), compared before the token. Without it only fences
+	// of epoch 0 are accepted (any other is invalid input), and the row's
+	// epoch is not read: every writer of a row must name the column before
+	// any of them raises the epoch (see the package doc).
 	Epoch string
 	// Key picks the row: column = value for each entry, ANDed. It must
 	// identify at most one row and its values must not be NULL.

@@ -28,6 +28,7 @@ type Store struct {
 	mu       sync.Mutex
 	locks    map[string]*hold
 	counters map[string]distlock.Token // per key while the clock has not passed it (see drop)
+	last     distlock.Token            // the last token handed out, for any key
 	freed    map[string]chan struct{}  // closed and replaced at each release or expiry
 	changed  map[string]chan struct{}  // closed and replaced at each grant, release or expiry
 }
@@ -172,8 +173,11 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 		return driver.Grant{}, &distlock.HeldError{Key: req.Key, RetryAfter: time.Until(h.expires)}
 	}
 	// max(counter + 1, the wall clock in µs): a restarted process, whose
-	// counters start empty, still hands out larger tokens than before.
-	s.counters[req.Key] = max(s.counters[req.Key]+1, nowMicros())
+	// counters start empty, still hands out larger tokens than before. Past
+	// the Store's last token too: a counter dropped (see drop) must not let
+	// a clock stepped back hand out a smaller one.
+	tok := max(s.counters[req.Key]+1, nowMicros(), s.last+1)
+	s.counters[req.Key], s.last = tok, tok
 	h := &hold{owner: req.Owner, value: req.Value, token: s.counters[req.Key], expires: time.Now().Add(req.TTL)}
 	h.lost, h.setLost = context.WithCancel(context.Background())
 	key := req.Key

@@ -95,7 +95,7 @@ func (b *backend) Guarantees() distlock.Guarantees {
 			fmt.Sprintf("%d nodes, quorum %d: a lock is held while a majority holds it", n, b.quorum),
 			"mutual exclusion depends on bounded clock drift between the nodes; a clock jump on a node can free a lock early, and the fencing token (larger for any later majority) is then what protects the resource",
 			"a node restarted without its data loses the locks it held: run nodes with appendfsync always, or keep a crashed node down for at least the longest TTL before it rejoins; held leases take the lock back on it",
-			"tokens keep increasing across restarts, with or without fsync, while node clocks differ by less than a node's downtime",
+			"tokens keep increasing across restarts, with or without fsync, while node clocks differ by less than a node's downtime, and by less than an hour (a counter expires an hour past the grant that raised it)",
 			"waiters are woken by pub/sub release notices, not in FIFO order; a waiter beaten by \"held\" answers alone hears only those nodes, and tries again within 0.5 s",
 		},
 	}

@@ -114,8 +114,11 @@
 // (the "delayed restart" of the Redlock description), during which it is
 // one of the ⌊(N−1)/2⌋ failures tolerated; a held lease takes the lock back
 // on it when it returns. The token order needs neither, only the clock bound
-// above. A counter expires an hour past its last lock (the next token then
-// comes from the node's clock); a maxmemory-policy of allkeys-* could
+// above. A counter expires an hour past the last grant that raised it (the
+// next token then comes from the node's clock): so the token order also
+// needs node clocks within an hour of each other, since a counter raised
+// from a fast node's clock is forgotten after that. A maxmemory-policy of
+// allkeys-* could
 // evict them (this backend does not check the policy; see package redis).
 //
 // A node call, once sent, runs to its answer or the node timeout whatever

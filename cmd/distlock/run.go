@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -28,6 +29,8 @@ COMMAND's environment gains:
   DISTLOCK_TOKEN   the fencing token (pass it to what the lock protects)
   DISTLOCK_HOLDER  the lease's holder id: pass it with the token (a fence
                    accepts an equal token only from the holder that wrote it)
+  DISTLOCK_FENCE_EPOCH  the fence epoch (the URL's fence_epoch, default 0):
+                   pass it too; a fence compares it before the token
   DISTLOCK_KEY     the key
   DISTLOCK_URL     the backend URL
 
@@ -153,6 +156,7 @@ func runLocked(ctx context.Context, c runConfig, argv []string, s stdio) int {
 	cmd.Env = append(os.Environ(),
 		"DISTLOCK_TOKEN="+lease.Token().String(),
 		"DISTLOCK_HOLDER="+lease.Fence().Holder,
+		"DISTLOCK_FENCE_EPOCH="+strconv.FormatInt(lease.Fence().Epoch, 10),
 		"DISTLOCK_KEY="+c.key,
 		"DISTLOCK_URL="+c.url,
 	)

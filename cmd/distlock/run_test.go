@@ -540,3 +540,17 @@ func waitChild(t *testing.T, parent int, comm string) proc {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// run passes the fence epoch with the token and holder: a command that
+// guards its writes after a move to a new deployment (fence_epoch=N) must
+// present N, or it is refused there.
+func TestRunPassesFenceEpoch(t *testing.T) {
+	url, _ := memURL(t)
+	r := runCLI(t, "run", "--url", url+"?fence_epoch=3", "--key", "job", "--", "sh", "-c", `echo "$DISTLOCK_FENCE_EPOCH"`)
+	if r.code != 0 {
+		t.Fatalf("code %d, stderr:\n%s", r.code, r.stderr)
+	}
+	if got := strings.TrimSpace(r.stdout); got != "3" {
+		t.Fatalf("DISTLOCK_FENCE_EPOCH = %q, want 3", got)
+	}
+}
