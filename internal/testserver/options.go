@@ -10,6 +10,8 @@ type config struct {
 	etcdElection     time.Duration
 	zkTick           time.Duration
 	zkMaxSession     time.Duration // 0: 60 s
+	zkReapInterval   time.Duration // 0: the server's default, 60 s
+	zkReapPerMinute  int           // 0: the server's default, 10000
 	pgFsync          bool
 }
 
@@ -53,6 +55,16 @@ func WithZKTickTime(d time.Duration) Option { return func(c *config) { c.zkTick 
 // WithZKMaxSessionTimeout sets ZooKeeper's maxSessionTimeout (default 60 s):
 // the server grants no client a longer session timeout than this.
 func WithZKMaxSessionTimeout(d time.Duration) Option { return func(c *config) { c.zkMaxSession = d } }
+
+// WithZKContainerReaper sets how often ZooKeeper's container reaper looks
+// for empty container znodes (znode.container.checkIntervalMs, default 60 s)
+// and how many it deletes per minute at most (znode.container.maxPerMinute,
+// default 10000; above 60000 it does not pause between deletions). A zero
+// keeps the server's default. Tests that wait for an empty key directory to
+// go set the interval to a fraction of a second.
+func WithZKContainerReaper(interval time.Duration, maxPerMinute int) Option {
+	return func(c *config) { c.zkReapInterval, c.zkReapPerMinute = interval, maxPerMinute }
+}
 
 // WithPostgresFsync turns PostgreSQL's fsync setting on (the default) or off.
 func WithPostgresFsync(on bool) Option { return func(c *config) { c.pgFsync = on } }

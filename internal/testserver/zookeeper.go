@@ -106,9 +106,10 @@ func zkSpec(cfg *config, n int) (spec, error) {
 					"-Dzookeeper.jmx.log4j.disable=true",
 					"-Dzookeeper.cnxTimeout=1000", // election connects to a paused peer give up sooner than 5 s
 					"-Dlog4j.configuration=file:" + log4j,
-					"-cp", strings.Join(cp, ":"),
-					"org.apache.zookeeper.server.quorum.QuorumPeerMain", cfgPath,
 				}
+				s.args = append(s.args, zkReaperProps(cfg)...)
+				s.args = append(s.args, "-cp", strings.Join(cp, ":"),
+					"org.apache.zookeeper.server.quorum.QuorumPeerMain", cfgPath)
 				s.ready = func(ctx context.Context) error {
 					_, err := zkModeCtx(ctx, s)
 					return err
@@ -117,6 +118,19 @@ func zkSpec(cfg *config, n int) (spec, error) {
 			return nil
 		},
 	}, nil
+}
+
+// zkReaperProps sets the container reaper's settings as system properties:
+// the server reads them only from the JVM, not from zoo.cfg.
+func zkReaperProps(cfg *config) []string {
+	var props []string
+	if cfg.zkReapInterval > 0 {
+		props = append(props, fmt.Sprintf("-Dznode.container.checkIntervalMs=%d", max(cfg.zkReapInterval.Milliseconds(), 1)))
+	}
+	if cfg.zkReapPerMinute > 0 {
+		props = append(props, fmt.Sprintf("-Dznode.container.maxPerMinute=%d", cfg.zkReapPerMinute))
+	}
+	return props
 }
 
 const log4jProps = `log4j.rootLogger=INFO, CONSOLE
