@@ -178,9 +178,8 @@ func (h *zkHarness) forceExpire(ctx context.Context, key string) error {
 func TestStandalone(t *testing.T) {
 	// Reap empty containers every 200ms rather than every minute, so that
 	// the container test sees it and the suite runs while directories come
-	// and go. testserver passes the environment on to the JVM.
-	t.Setenv("JAVA_TOOL_OPTIONS", "-Dznode.container.checkIntervalMs=200")
-	srv := testserver.ZooKeeper(t)
+	// and go.
+	srv := testserver.ZooKeeper(t, testserver.WithZKContainerReaper(200*time.Millisecond, 0))
 	h := newHarness(t, srv)
 
 	t.Run("Conformance", func(t *testing.T) { conformance.Run(t, h.harness()) })
