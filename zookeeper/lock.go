@@ -111,6 +111,16 @@ func (b *backend) enqueue(ctx context.Context, conn *zk.Conn, dir, owner, value 
 	if value != "" {
 		data = []byte(value)
 	}
+	// The server reaps only the containers that have had a child, so a key
+	// directory this call created (or may have) and then put no lock znode
+	// in would stay for good: the janitor deletes it if it is empty.
+	made := false
+	fail := func(err error) (*node, *firstLook, error) {
+		if made {
+			b.janitor.add(orphan{dir: dir, emptyDir: true})
+		}
+		return nil, nil, err
+	}
 	for attempt := 0; ; attempt++ {
 		path, look, err := b.create(ctx, conn, dir, owner, prefix, data)
 		if err == nil {
@@ -123,10 +133,15 @@ func (b *backend) enqueue(ctx context.Context, conn *zk.Conn, dir, owner, value 
 			return &node{dir: dir, path: path, name: name, owner: owner, seq: seq}, look, nil
 		}
 		if !errors.Is(err, zk.ErrNoNode) || attempt == 2 {
-			return nil, nil, fmt.Errorf("zookeeper: create lock znode under %s: %w", dir, err)
+			return fail(fmt.Errorf("zookeeper: create lock znode under %s: %w", dir, err))
 		}
-		if err := b.ensureDir(ctx, conn, dir); err != nil {
-			return nil, nil, err
+		created, err := b.ensureDir(ctx, conn, dir)
+		made = made || created || err != nil && !definitelyNotCreated(err)
+		if err != nil {
+			return fail(err)
+		}
+		if created && b.afterDir != nil {
+			b.afterDir()
 		}
 	}
 }
@@ -338,34 +353,36 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 }
 
 // ensureDir creates the key directory as a container znode, and the base
-// path's missing ancestors as persistent ones.
-func (b *backend) ensureDir(ctx context.Context, conn *zk.Conn, dir string) error {
-	mk := func() error {
+// path's missing ancestors as persistent ones. It reports whether it
+// created the directory (false if it was there already).
+func (b *backend) ensureDir(ctx context.Context, conn *zk.Conn, dir string) (bool, error) {
+	mk := func() (bool, error) {
 		_, err := call(b, ctx, func() (string, error) { return conn.CreateContainer(dir, nil, zk.FlagContainer, b.acl) })
 		if errors.Is(err, zk.ErrNodeExists) {
-			return nil
+			return false, nil
 		}
-		return err
+		return err == nil, err
 	}
-	err := mk()
+	created, err := mk()
 	if !errors.Is(err, zk.ErrNoNode) {
 		if err != nil {
-			return fmt.Errorf("zookeeper: create key directory %s: %w", dir, err)
+			return false, fmt.Errorf("zookeeper: create key directory %s: %w", dir, err)
 		}
-		return nil
+		return created, nil
 	}
 	p := ""
 	for _, seg := range strings.Split(b.base[1:], "/") {
 		p += "/" + seg
 		_, err := call(b, ctx, func() (string, error) { return conn.Create(p, nil, zk.FlagPersistent, b.acl) })
 		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return fmt.Errorf("zookeeper: create base path %s: %w", p, err)
+			return false, fmt.Errorf("zookeeper: create base path %s: %w", p, err)
 		}
 	}
-	if err := mk(); err != nil {
-		return fmt.Errorf("zookeeper: create key directory %s: %w", dir, err)
+	created, err = mk()
+	if err != nil {
+		return false, fmt.Errorf("zookeeper: create key directory %s: %w", dir, err)
 	}
-	return nil
+	return created, nil
 }
 
 // definitelyNotCreated reports whether a create error proves that the znode

@@ -311,10 +311,12 @@ func (s *sessionState) stop() {
 
 // orphan is a znode nobody waits for any more: a cancelled waiter's entry
 // that could not be deleted, a create whose reply was lost, a lease lost by
-// the grace. It is found by its owner id in the key directory.
+// the grace. It is found by its owner id in the key directory. With
+// emptyDir it is the key directory itself, deleted only if it is empty.
 type orphan struct {
 	dir, owner string
 	session    int64 // the session that owns it; 0 if not known
+	emptyDir   bool
 }
 
 // janitor deletes orphans, retrying when the connection comes back. It is
@@ -443,6 +445,9 @@ func (j *janitor) pass(ctx context.Context) int {
 
 // clean deletes o's znodes and reports whether none is left.
 func (j *janitor) clean(ctx context.Context, conn *zk.Conn, o orphan) bool {
+	if o.emptyDir {
+		return j.dropDir(ctx, conn, o.dir)
+	}
 	if o.session != 0 && o.session != conn.SessionID() {
 		return true // its session ended, and its ephemeral znodes with it
 	}
@@ -468,6 +473,16 @@ func (j *janitor) clean(ctx context.Context, conn *zk.Conn, o orphan) bool {
 		}
 	}
 	return done
+}
+
+// dropDir deletes the key directory dir if it is empty, and reports
+// whether that is settled. Any client may delete an empty key directory:
+// one about to create a lock znode there gets ErrNoNode and makes the
+// directory again. Only a delete lost with the connection is tried again;
+// one refused (ErrNoAuth) would be refused again.
+func (j *janitor) dropDir(ctx context.Context, conn *zk.Conn, dir string) bool {
+	_, err := call(j.b, ctx, func() (struct{}, error) { return struct{}{}, conn.Delete(dir, -1) })
+	return err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrNotEmpty) || errors.Is(err, zk.ErrNoAuth)
 }
 
 // call runs f, a blocking go-zookeeper call, until it returns or ctx ends.

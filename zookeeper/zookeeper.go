@@ -137,6 +137,9 @@ type backend struct {
 	// afterList, if set (by this package's tests), runs in Inspect after
 	// each listing of a non-empty queue, before the holder is read.
 	afterList func()
+	// afterDir, if set (by this package's tests), runs in enqueue after it
+	// created the key directory, before it creates the lock znode there.
+	afterDir func()
 }
 
 func newBackend(o driver.Settings, timeout time.Duration, owned bool, ensemble int) *backend {
