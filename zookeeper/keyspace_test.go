@@ -1,13 +1,32 @@
 package zookeeper
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
+	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/internal/testserver"
+)
+
+// The key space test's size and the reaper's settings, for measuring by
+// hand, e.g. go test -run TestKeySpace/ManyKeys ./zookeeper/ -args -zk.keys=100000
+var (
+	keySpaceKeys     = flag.Int("zk.keys", 2000, "TestKeySpace: distinct keys locked once each")
+	keySpaceInterval = flag.Duration("zk.reap-interval", 100*time.Millisecond, "TestKeySpace: the server's znode.container.checkIntervalMs")
+	keySpaceRate     = flag.Int("zk.reap-rate", 600000, "TestKeySpace: the server's znode.container.maxPerMinute")
 )
 
 // TestKeySpace checks that the znodes the backend leaves on the server do
@@ -16,10 +35,90 @@ import (
 // and a directory the backend created but never put a lock znode in (which
 // the server never reaps) is deleted by the backend.
 func TestKeySpace(t *testing.T) {
-	srv := testserver.ZooKeeper(t, testserver.WithZKContainerReaper(100*time.Millisecond, 0))
+	srv := testserver.ZooKeeper(t, testserver.WithZKContainerReaper(*keySpaceInterval, *keySpaceRate))
 	h := newHarness(t, srv)
+	// First: it counts every znode on the server.
+	t.Run("ManyKeysReaped", func(t *testing.T) { testManyKeysReaped(t, srv) })
 	t.Run("CancelledCreateLeavesNoDirectory", func(t *testing.T) { testCancelledCreateLeavesNoDirectory(t, h) })
 	t.Run("LostCreateLeavesNoDirectory", func(t *testing.T) { testLostCreateLeavesNoDirectory(t, h) })
+}
+
+// testManyKeysReaped locks N distinct keys once each, then waits for the
+// reaper: the server must be left with the znodes it had before plus the
+// base path's two persistent znodes, and a key locked again after its
+// directory was reaped must get a larger token than it had.
+func testManyKeysReaped(t *testing.T, srv *testserver.Server) {
+	const base = "/distlock-keyspace/locks" // two persistent znodes
+	n := *keySpaceKeys
+	admin := adminConn(t, srv.Addr())
+	before := znodeCount(t, srv.Addr())
+	// The reaper deletes at most rate a minute, one pass every interval.
+	reapBound := 2*(*keySpaceInterval+time.Duration(n)*time.Minute/time.Duration(*keySpaceRate)) + 30*time.Second
+	ctx := ctxFor(t, time.Minute+time.Duration(n)*10*time.Millisecond+reapBound)
+	l, err := Dial(ctx, []string{srv.Addr()}, WithBasePath(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	key := func(i int) string { return fmt.Sprintf("key-%06d", i) }
+
+	tokens := make([]distlock.Token, n)
+	var next atomic.Int64
+	var firstErr error
+	var errOnce sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				lease, err := l.TryAcquire(ctx, key(i))
+				if err == nil {
+					tokens[i] = lease.Token()
+					err = lease.Release(ctx)
+				}
+				if err != nil {
+					errOnce.Do(func() { firstErr = fmt.Errorf("key %d: %w", i, err) })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatal(firstErr)
+	}
+	locked := time.Since(start)
+	left := numChildren(t, admin, base)
+	t.Logf("%d keys locked and released once each in %v (%.0f/s); right after: %d key directories, %d znodes on the server (%d before)",
+		n, locked.Round(time.Millisecond), float64(n)/locked.Seconds(), left, znodeCount(t, srv.Addr()), before)
+
+	start = time.Now()
+	for numChildren(t, admin, base) > 0 {
+		if time.Since(start) > reapBound {
+			t.Fatalf("%d key directories left %v after the last release", numChildren(t, admin, base), reapBound)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	after := znodeCount(t, srv.Addr())
+	t.Logf("all key directories reaped %v after the last release; %d znodes on the server", time.Since(start).Round(time.Millisecond), after)
+	if after > before+2 {
+		t.Fatalf("%d znodes on the server after reaping, want at most %d: %d before and the base path's 2", after, before+2, before)
+	}
+
+	for _, i := range []int{0, n / 2, n - 1} {
+		lease, err := l.TryAcquire(ctx, key(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lease.Token() <= tokens[i] {
+			t.Errorf("key %d: token %d after its directory was reaped, %d before", i, lease.Token(), tokens[i])
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // testCancelledCreateLeavesNoDirectory ends an acquire's context between
@@ -86,4 +185,44 @@ func testLostCreateLeavesNoDirectory(t *testing.T, h *zkHarness) {
 		ok, _, err := h.admin.Exists(dir)
 		return err == nil && !ok
 	})
+}
+
+// numChildren counts the znodes directly under path.
+func numChildren(t *testing.T, admin *zk.Conn, path string) int {
+	t.Helper()
+	ok, st, err := admin.Exists(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		return 0
+	}
+	return int(st.NumChildren)
+}
+
+// znodeCount is the server's count of all its znodes (mntr's
+// zk_znode_count), the system znodes under /zookeeper included.
+func znodeCount(t *testing.T, addr string) int {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "mntr"); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(c)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "zk_znode_count\t"); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("mntr: no zk_znode_count (%v)", sc.Err())
+	return 0
 }
