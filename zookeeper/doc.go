@@ -11,10 +11,15 @@
 //
 // # Algorithm
 //
-// A lock on key lives under base/<escaped key>/ (a container znode, which
-// the server deletes once it is empty, so millions of distinct keys do not
-// pile up). To take it, a client creates an EPHEMERAL|SEQUENTIAL znode named
-// "lock-<owner>-<sequence>" there and lists the children: the lowest
+// A lock on key lives under base/<escaped key>/, a container znode that the
+// server deletes once its last lock znode is gone: at its next check (every
+// znode.container.checkIntervalMs, 60 s by default), at most
+// znode.container.maxPerMinute a minute (10000 by default: raise it for more
+// new keys a minute). One that never held a lock znode (its Locker died or
+// closed before creating one) stays unless
+// znode.container.maxNeverUsedIntervalMs is set. The base path is
+// persistent. To take a lock, a client creates an EPHEMERAL|SEQUENTIAL znode
+// named "lock-<owner>-<sequence>" there and lists the children: the lowest
 // sequence holds the lock. A waiter watches only its immediate predecessor
 // (no herd effect), so waiters are served first come, first served. A
 // waiter whose context ends deletes its znode before returning. The owner in
