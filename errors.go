@@ -36,6 +36,12 @@ var (
 	// context ends.
 	ErrUnavailable = driver.ErrUnavailable
 
+	// ErrAccessDenied: the lock service refused the client — a wrong or
+	// missing password or certificate, a rejected TLS handshake, or a
+	// missing permission (ACL, role). Unlike ErrUnavailable it is not
+	// retried: a waiting Acquire returns it at once.
+	ErrAccessDenied = driver.ErrAccessDenied
+
 	// ErrUnsupported: the backend lacks what the call needs (Inspect or
 	// Watch on a third-party backend without driver.Inspector).
 	ErrUnsupported = driver.ErrUnsupported

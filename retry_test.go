@@ -102,3 +102,34 @@ func TestCloseEndsRetry(t *testing.T) {
 		t.Errorf("goroutines %d -> %d", before, after)
 	}
 }
+
+// An access-denied answer is not an outage: a waiting Acquire must not
+// retry it as one, nor call it ErrUnavailable.
+func TestAccessDeniedIsNotTransient(t *testing.T) {
+	err := driver.AccessDenied("127.0.0.1:6379", errors.New("WRONGPASS invalid username-password pair"))
+	if !errors.Is(err, distlock.ErrAccessDenied) || errors.Is(err, distlock.ErrUnavailable) {
+		t.Fatalf("%v: want ErrAccessDenied and not ErrUnavailable", err)
+	}
+	l, err := distlock.New(&denying{Backend: memory.NewBackend(memory.NewStore())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	began := time.Now()
+	_, err = l.Acquire(ctx, "k")
+	if !errors.Is(err, distlock.ErrAccessDenied) || errors.Is(err, distlock.ErrUnavailable) {
+		t.Fatalf("Acquire: %v, want ErrAccessDenied", err)
+	}
+	if d := time.Since(began); d > time.Second {
+		t.Fatalf("Acquire took %v: an access-denied answer was retried", d)
+	}
+}
+
+// denying refuses every attempt as a server with a wrong password would.
+type denying struct{ driver.Backend }
+
+func (d *denying) TryLock(context.Context, driver.Request) (driver.Grant, error) {
+	return driver.Grant{}, driver.AccessDenied("127.0.0.1:1", errors.New("WRONGPASS"))
+}

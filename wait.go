@@ -19,6 +19,9 @@ import (
 // opposed to an answer, such as a refused certificate or an unknown host):
 // a waiting Acquire tries again after it.
 func transient(err error) bool {
+	if errors.Is(err, ErrAccessDenied) {
+		return false // an answer: asking again gets the same one
+	}
 	if errors.Is(err, ErrUnavailable) {
 		return true
 	}

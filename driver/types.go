@@ -28,6 +28,11 @@ var (
 	// unresolvable, timed out while connecting). The message names the
 	// address.
 	ErrUnavailable = errors.New("distlock: lock service unavailable")
+	// ErrAccessDenied: the lock service refused the client: a wrong or
+	// missing password or certificate, a TLS handshake it rejected, or a
+	// permission (ACL, role) the operation needs and the client lacks. It
+	// is an answer, not an outage: never retried, and never ErrUnavailable.
+	ErrAccessDenied = errors.New("distlock: access denied")
 	// ErrInvalid matches every invalid-input error below.
 	ErrInvalid = errors.New("distlock: invalid argument")
 	// ErrInvalidKey: the key is empty, too long, not UTF-8, or holds
@@ -73,6 +78,13 @@ func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
 // ErrUnavailable and names the address.
 func Unavailable(addr string, err error) error {
 	return fmt.Errorf("%w: %s: %w", ErrUnavailable, addr, err)
+}
+
+// AccessDenied wraps err, the refusal of addr to let the client in or to
+// let it do what it asked, so that it matches ErrAccessDenied and names the
+// address (never a secret).
+func AccessDenied(addr string, err error) error {
+	return fmt.Errorf("%w: %s: %w", ErrAccessDenied, addr, err)
 }
 
 // WaitMode says how a backend's waiters learn that a key became free.
