@@ -2,6 +2,7 @@ package distlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -32,10 +33,15 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Locker, error) {
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidURL, err)
+		// url.Error quotes the whole URL, password included.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("%w: %q: %v", ErrInvalidURL, driver.Redact(rawURL), err)
 	}
 	if u.Scheme == "" {
-		return nil, fmt.Errorf("%w: %q has no scheme (known: %s)", ErrInvalidURL, rawURL, strings.Join(Schemes(), ", "))
+		return nil, fmt.Errorf("%w: %q has no scheme (known: %s)", ErrInvalidURL, driver.Redact(rawURL), strings.Join(Schemes(), ", "))
 	}
 	opener, ok := driver.Lookup(u.Scheme)
 	if !ok {

@@ -1,6 +1,7 @@
 package distlock
 
 import (
+	"crypto/tls"
 	"log/slog"
 	"time"
 
@@ -136,6 +137,15 @@ func WithFenceEpoch(epoch int64) Option {
 		}
 		o.FenceEpoch = epoch
 	})
+}
+
+// WithTLSConfig is the TLS configuration Open gives the clients it makes
+// (TLS on, whatever the URL's scheme): for what the URL's parameters
+// (ca_file, cert_file, key_file, server_name; see each backend) cannot say.
+// The URL's parameters amend a copy of it. Constructors that take a client
+// ignore it: configure the client.
+func WithTLSConfig(cfg *tls.Config) Option {
+	return driver.NewOption("WithTLSConfig", driver.ScopeShared, func(o *driver.Settings) { o.TLS = cfg })
 }
 
 // WithLogger sends the Locker's diagnostics (renewal failures, lost leases,

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"time"
@@ -95,8 +96,9 @@ type Settings struct {
 	ReleaseTimeout time.Duration // bound on every release
 	Logger         *slog.Logger  // nil: nothing is logged
 	Observer       Observer
-	Value          string // the holder's value stored with each lock (WithValue)
-	FenceEpoch     int64  // Lease.Fence().Epoch (WithFenceEpoch)
+	Value          string      // the holder's value stored with each lock (WithValue)
+	FenceEpoch     int64       // Lease.Fence().Epoch (WithFenceEpoch)
+	TLS            *tls.Config // the base TLS config of Open's clients (WithTLSConfig)
 
 	err     error
 	backend map[any]any

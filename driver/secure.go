@@ -1,0 +1,173 @@
+package driver
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+)
+
+// TLS and credentials in URLs: one set of query parameters for every
+// backend (the names of curl, etcdctl and redis-cli, as files):
+//
+//	tls=true                  use TLS (implied by any parameter below, and by a
+//	                          TLS scheme such as rediss://)
+//	ca_file=/path/ca.pem      trust these CAs instead of the system's
+//	cert_file=/path/c.pem     client certificate (mutual TLS), with key_file
+//	key_file=/path/c-key.pem
+//	server_name=redis.internal  the name to verify the server certificate for
+//	                          (default: the host dialled)
+//	skip_verify=true          do not verify the server certificate (tests only)
+//	password_file=/run/secrets/p  the password, read from a file (a container
+//	                          secret) instead of the URL's user:password@
+//
+// A secret never appears in an error: Redact is how errors name a URL.
+
+// TLSParams are the TLS parameters of a URL, as read by ReadTLS.
+type TLSParams struct {
+	On                bool // TLS asked for
+	CAFile            string
+	CertFile, KeyFile string
+	ServerName        string
+	SkipVerify        bool
+	base              *tls.Config // WithTLSConfig's, if any
+}
+
+// ReadTLS reads the TLS parameters of q; on is whether the scheme itself
+// asks for TLS (rediss://). base, if not nil, is the caller's *tls.Config
+// (WithTLSConfig), which the parameters then amend.
+func ReadTLS(q *Query, on bool, base *tls.Config) TLSParams {
+	p := TLSParams{On: on || base != nil, base: base}
+	if b, ok := q.Bool("tls"); ok {
+		p.On = b || p.On
+	}
+	var set bool
+	for name, dst := range map[string]*string{"ca_file": &p.CAFile, "cert_file": &p.CertFile, "key_file": &p.KeyFile, "server_name": &p.ServerName} {
+		if v, ok := q.String(name); ok {
+			*dst, set = v, true
+		}
+	}
+	if b, ok := q.Bool("skip_verify"); ok {
+		p.SkipVerify, set = b, set || b
+	}
+	p.On = p.On || set
+	return p
+}
+
+// Config returns the *tls.Config the parameters describe, or nil when TLS
+// was not asked for. host is the host dialled (the default server name).
+// A file that cannot be read or parsed is ErrInvalidURL, naming the file
+// but never its contents.
+func (p TLSParams) Config(host string) (*tls.Config, error) {
+	if !p.On {
+		return nil, nil
+	}
+	var cfg *tls.Config
+	if p.base != nil {
+		cfg = p.base.Clone()
+	} else {
+		cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = host
+	}
+	if p.ServerName != "" {
+		cfg.ServerName = p.ServerName
+	}
+	if p.SkipVerify {
+		cfg.InsecureSkipVerify = true //nolint:gosec // asked for by the URL, for tests
+	}
+	if p.CAFile != "" {
+		pem, err := os.ReadFile(p.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: ca_file: %w", ErrInvalidURL, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: ca_file %s holds no PEM certificate", ErrInvalidURL, p.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	switch {
+	case p.CertFile != "" && p.KeyFile != "":
+		c, err := tls.LoadX509KeyPair(p.CertFile, p.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: cert_file %s / key_file %s: %w", ErrInvalidURL, p.CertFile, p.KeyFile, err)
+		}
+		cfg.Certificates = []tls.Certificate{c}
+	case p.CertFile != "" || p.KeyFile != "":
+		return nil, fmt.Errorf("%w: cert_file and key_file go together", ErrInvalidURL)
+	}
+	return cfg, nil
+}
+
+// Credentials returns the user and password of u, the password read from
+// the password_file parameter when there is one (a URL password and a
+// password_file together are ErrInvalidURL). A file's trailing newline is
+// dropped.
+func Credentials(q *Query, u *url.URL) (user, password string, err error) {
+	if u.User != nil {
+		user = u.User.Username()
+		password, _ = u.User.Password()
+	}
+	path, ok := q.String("password_file")
+	if !ok {
+		return user, password, nil
+	}
+	if password != "" {
+		return "", "", fmt.Errorf("%w: a password in the URL and a password_file", ErrInvalidURL)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", "", fmt.Errorf("%w: password_file: %w", ErrInvalidURL, err)
+	}
+	return user, strings.TrimRight(string(b), "\r\n"), nil
+}
+
+// Redact returns raw with any password replaced by "xxxxx" (the userinfo's,
+// and a password or secret query parameter's), for errors and logs. It
+// works on strings url.Parse rejects too: everything between the scheme's
+// "//" and the last "@" before the path is then taken as userinfo.
+func Redact(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		q, changed := u.Query(), false
+		for k := range q {
+			if secretParam(k) {
+				q.Set(k, "xxxxx")
+				changed = true
+			}
+		}
+		if changed {
+			u.RawQuery = q.Encode()
+		}
+		return u.Redacted()
+	}
+	i := strings.Index(raw, "//")
+	if i < 0 {
+		return raw
+	}
+	rest := raw[i+2:]
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	at := strings.LastIndex(rest[:end], "@")
+	if at < 0 {
+		return raw
+	}
+	userinfo := rest[:at]
+	if c := strings.Index(userinfo, ":"); c >= 0 {
+		userinfo = userinfo[:c] + ":xxxxx"
+	}
+	return raw[:i+2] + userinfo + rest[at:]
+}
+
+// secretParam reports whether a query parameter holds a secret itself (not
+// a file's path).
+func secretParam(name string) bool {
+	n := strings.ToLower(name)
+	return (strings.Contains(n, "password") || strings.Contains(n, "secret") || strings.Contains(n, "token")) &&
+		!strings.HasSuffix(n, "_file")
+}
