@@ -21,6 +21,7 @@
 //	64  usage error (bad flag, no or bad URL, no command)
 //	69  the backend could not be reached or failed
 //	70  the lease was lost while the command ran; the command was signalled
+//	77  the backend refused the credentials or a permission (EX_NOPERM)
 //	75  the lock was not acquired within --wait
 //	126 the command could not be started; 127 it was not found
 package main
@@ -46,6 +47,7 @@ const (
 	exitUnavailable = 69 // EX_UNAVAILABLE: backend unreachable or failing
 	exitLeaseLost   = 70 // EX_SOFTWARE: the lease was lost under the command
 	exitNotAcquired = 75 // EX_TEMPFAIL: --wait ran out; try again later
+	exitNoPerm      = 77 // EX_NOPERM: the backend refused the credentials or a permission
 	exitCannotExec  = 126
 	exitNotFound    = 127
 )

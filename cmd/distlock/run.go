@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,7 +33,8 @@ COMMAND's environment gains:
   DISTLOCK_FENCE_EPOCH  the fence epoch (the URL's fence_epoch, default 0):
                    pass it too; a fence compares it before the token
   DISTLOCK_KEY     the key
-  DISTLOCK_URL     the backend URL
+  DISTLOCK_URL     the backend URL without its credentials (user:password@,
+                   password parameters): the command does not get the secret
 
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to distlock are
 forwarded to COMMAND. COMMAND runs in its own process group (so that a lost
@@ -138,10 +140,7 @@ func runLocked(ctx context.Context, c runConfig, argv []string, s stdio) int {
 	l, err := openLocker(ctx, c.url)
 	if err != nil {
 		fmt.Fprintf(s.err, "distlock run: %s\n", errText(err))
-		if errors.Is(err, distlock.ErrInvalid) {
-			return exitUsage
-		}
-		return exitUnavailable
+		return openFailed(err)
 	}
 	defer l.Close()
 
@@ -158,7 +157,7 @@ func runLocked(ctx context.Context, c runConfig, argv []string, s stdio) int {
 		"DISTLOCK_HOLDER="+lease.Fence().Holder,
 		"DISTLOCK_FENCE_EPOCH="+strconv.FormatInt(lease.Fence().Epoch, 10),
 		"DISTLOCK_KEY="+c.key,
-		"DISTLOCK_URL="+c.url,
+		"DISTLOCK_URL="+withoutCredentials(c.url),
 	)
 	// holderProcAttr (proc_linux.go) gives the command a parent-death
 	// SIGKILL on Linux: if distlock dies, however it dies, so does the
@@ -301,9 +300,41 @@ func acquireForRun(ctx context.Context, l distlock.Locker, c runConfig, sigs <-c
 		return nil, exitNotAcquired
 	case errors.Is(r.err, distlock.ErrInvalid):
 		return nil, exitUsage
+	case errors.Is(r.err, distlock.ErrAccessDenied):
+		return nil, exitNoPerm
 	default:
 		return nil, exitUnavailable
 	}
+}
+
+// openFailed is the exit code of a backend that could not be opened.
+func openFailed(err error) int {
+	switch {
+	case errors.Is(err, distlock.ErrInvalid):
+		return exitUsage
+	case errors.Is(err, distlock.ErrAccessDenied):
+		return exitNoPerm
+	}
+	return exitUnavailable
+}
+
+// withoutCredentials is raw without its user:password@ and password
+// parameters, for the command's environment: the command gets the backend's
+// address, not the secret to reach it.
+func withoutCredentials(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	u.User = nil
+	q := u.Query()
+	for k := range q {
+		if l := strings.ToLower(k); strings.Contains(l, "password") || strings.Contains(l, "secret") || strings.Contains(l, "token") {
+			q.Del(k)
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // waitError says why an Acquire on ctx failed: when ctx ended, its cause
@@ -408,7 +439,7 @@ func cmdHold(ctx context.Context, args []string, s stdio) int {
 	l, err := openLocker(ctx, *rawURL)
 	if err != nil {
 		fmt.Fprintf(s.err, "distlock hold: %s\n", errText(err))
-		return exitUnavailable
+		return openFailed(err)
 	}
 	defer l.Close()
 	opts := append([]distlock.Option{distlock.WithAutoRenew(true)}, leaseTTL(*rawURL, *ttl, fs.Changed("ttl"))...)

@@ -554,3 +554,27 @@ func TestRunPassesFenceEpoch(t *testing.T) {
 		t.Fatalf("DISTLOCK_FENCE_EPOCH = %q, want 3", got)
 	}
 }
+
+// The command gets the backend's address, never the password to reach it:
+// DISTLOCK_URL loses its user:password@ and password parameters.
+func TestRunKeepsCredentialsFromTheCommand(t *testing.T) {
+	for raw, want := range map[string]string{
+		"redis://alice:s3cret@127.0.0.1:6379/2?prefix=app%3A": "redis://127.0.0.1:6379/2?prefix=app%3A",
+		"redis://:s3cret@127.0.0.1:6379":                     "redis://127.0.0.1:6379",
+		"etcd://h:2379/?password=s3cret&prefix=p":            "etcd://h:2379/?prefix=p",
+		"zk://u:s3cret@h:2181/base":                          "zk://h:2181/base",
+		"mem://name":                                         "mem://name",
+	} {
+		if got := withoutCredentials(raw); got != want {
+			t.Errorf("withoutCredentials(%q) = %q, want %q", raw, got, want)
+		}
+	}
+	url, _ := memURL(t)
+	r := runCLI(t, "run", "--url", strings.Replace(url, "mem://", "mem://user:s3cret@", 1), "--key", "job", "--", "sh", "-c", `env`)
+	if r.code != 0 || !strings.Contains(r.stdout, "DISTLOCK_URL=mem://") {
+		t.Fatalf("code %d; the command's environment:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	if strings.Contains(r.stdout, "s3cret") {
+		t.Fatalf("the command's environment holds the password:\n%s", r.stdout)
+	}
+}
