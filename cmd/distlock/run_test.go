@@ -560,10 +560,10 @@ func TestRunPassesFenceEpoch(t *testing.T) {
 func TestRunKeepsCredentialsFromTheCommand(t *testing.T) {
 	for raw, want := range map[string]string{
 		"redis://alice:s3cret@127.0.0.1:6379/2?prefix=app%3A": "redis://127.0.0.1:6379/2?prefix=app%3A",
-		"redis://:s3cret@127.0.0.1:6379":                     "redis://127.0.0.1:6379",
-		"etcd://h:2379/?password=s3cret&prefix=p":            "etcd://h:2379/?prefix=p",
-		"zk://u:s3cret@h:2181/base":                          "zk://h:2181/base",
-		"mem://name":                                         "mem://name",
+		"redis://:s3cret@127.0.0.1:6379":                      "redis://127.0.0.1:6379",
+		"etcd://h:2379/?password=s3cret&prefix=p":             "etcd://h:2379/?prefix=p",
+		"zk://u:s3cret@h:2181/base":                           "zk://h:2181/base",
+		"mem://name":                                          "mem://name",
 	} {
 		if got := withoutCredentials(raw); got != want {
 			t.Errorf("withoutCredentials(%q) = %q, want %q", raw, got, want)
