@@ -371,8 +371,10 @@ func (ls *Lease) expired() {
 
 // giveBack releases, owner-checked and best effort, a lock whose lease the
 // local clock has ended: the server may still hold it for us (a session-
-// bound lock would until the session ends), and nobody else can use it
-// until it is freed. Close interrupts it.
+// bound lock would until the session ends, a refresh may have lengthened
+// it), and nobody else can use it until it is freed. A call that does not
+// reach the server is tried again within the release timeout, so the lock
+// is freed soon after a network fault heals. Close interrupts it.
 func (ls *Lease) giveBack() {
 	ctx, cancel := context.WithTimeout(ls.l.life, ls.o.ReleaseTimeout)
 	defer cancel()
@@ -380,7 +382,8 @@ func (ls *Lease) giveBack() {
 		return
 	}
 	defer ls.unlockCall()
-	if err := ls.l.b.Unlock(ctx, ls.unlockGrant()); err != nil && !errors.Is(err, ErrNotHeld) {
+	answered := func(err error) bool { return err == nil || !transient(err) }
+	if err := ls.l.unlockRetrying(ctx, ls.unlockGrant(), answered); err != nil && !errors.Is(err, ErrNotHeld) {
 		ls.l.log(slog.LevelDebug, "giving back a lost lease failed; the server frees it", ls.Key(), err)
 	}
 }

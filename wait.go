@@ -65,16 +65,26 @@ func (l *locker) abandon(req driver.Request, o *driver.Settings) {
 	}
 	l.cleanUp("give-back", req.Key, o, func(ctx context.Context) {
 		g := driver.Grant{Key: req.Key, Owner: req.Owner, TTL: req.TTL}
-		for delay := abandonFirstRetry; ; delay *= 2 {
-			err := l.b.Unlock(ctx, g)
-			if err == nil || ctx.Err() != nil {
-				return
-			}
-			if err := driver.Sleep(ctx, delay); err != nil {
-				return
-			}
-		}
+		_ = l.unlockRetrying(ctx, g, func(err error) bool { return err == nil })
 	})
+}
+
+// unlockRetrying calls Unlock until done accepts its answer or ctx ends,
+// pausing between calls with a doubling back-off capped at
+// giveBackMaxPause, so that a give-back lands soon after a network fault
+// heals. It returns the last answer.
+func (l *locker) unlockRetrying(ctx context.Context, g driver.Grant, done func(error) bool) error {
+	delay := giveBackFirstPause
+	for {
+		err := l.b.Unlock(ctx, g)
+		if done(err) || ctx.Err() != nil {
+			return err
+		}
+		if driver.Sleep(ctx, delay) != nil {
+			return err
+		}
+		delay = min(2*delay, giveBackMaxPause)
+	}
 }
 
 // cleanUp runs fn in the background on a context that ends after the
@@ -121,9 +131,12 @@ func (l *locker) leaveQueue(req driver.Request, o *driver.Settings) {
 	})
 }
 
-// abandonFirstRetry is the first pause between the give-backs of an
-// abandoned attempt; it doubles after each.
-const abandonFirstRetry = 50 * time.Millisecond
+// The pauses between the calls of a give-back: the first, doubling up to
+// the last.
+const (
+	giveBackFirstPause = 50 * time.Millisecond
+	giveBackMaxPause   = 400 * time.Millisecond
+)
 
 // poll is the blocking acquire of backends without a server-side queue:
 // attempt, then wait for a release notice (bounded by the holder's
