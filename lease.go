@@ -383,7 +383,7 @@ func (ls *Lease) giveBack() {
 	}
 	defer ls.unlockCall()
 	answered := func(err error) bool { return err == nil || !transient(err) }
-	if err := ls.l.unlockRetrying(ctx, ls.unlockGrant(), answered); err != nil && !errors.Is(err, ErrNotHeld) {
+	if err := ls.l.unlockRetrying(ctx, ls.unlockGrant(), answered, lostGiveBackMaxPause); err != nil && !errors.Is(err, ErrNotHeld) {
 		ls.l.log(slog.LevelDebug, "giving back a lost lease failed; the server frees it", ls.Key(), err)
 	}
 }

@@ -65,15 +65,17 @@ func (l *locker) abandon(req driver.Request, o *driver.Settings) {
 	}
 	l.cleanUp("give-back", req.Key, o, func(ctx context.Context) {
 		g := driver.Grant{Key: req.Key, Owner: req.Owner, TTL: req.TTL}
-		_ = l.unlockRetrying(ctx, g, func(err error) bool { return err == nil })
+		// No cap on the pause: while the server is out of reach every
+		// attempt is abandoned, and up to maxAbandoning give-backs that kept
+		// asking would hold the client's connections after the heal.
+		_ = l.unlockRetrying(ctx, g, func(err error) bool { return err == nil }, 0)
 	})
 }
 
 // unlockRetrying calls Unlock until done accepts its answer or ctx ends,
-// pausing between calls with a doubling back-off capped at
-// giveBackMaxPause, so that a give-back lands soon after a network fault
-// heals. It returns the last answer.
-func (l *locker) unlockRetrying(ctx context.Context, g driver.Grant, done func(error) bool) error {
+// pausing between calls with a doubling back-off, capped at maxPause if
+// that is not 0. It returns the last answer.
+func (l *locker) unlockRetrying(ctx context.Context, g driver.Grant, done func(error) bool, maxPause time.Duration) error {
 	delay := giveBackFirstPause
 	for {
 		err := l.b.Unlock(ctx, g)
@@ -83,7 +85,10 @@ func (l *locker) unlockRetrying(ctx context.Context, g driver.Grant, done func(e
 		if driver.Sleep(ctx, delay) != nil {
 			return err
 		}
-		delay = min(2*delay, giveBackMaxPause)
+		delay *= 2
+		if maxPause > 0 {
+			delay = min(delay, maxPause)
+		}
 	}
 }
 
@@ -131,11 +136,12 @@ func (l *locker) leaveQueue(req driver.Request, o *driver.Settings) {
 	})
 }
 
-// The pauses between the calls of a give-back: the first, doubling up to
-// the last.
+// The pauses between the calls of a give-back: the first, doubling; a lost
+// lease's give-back (one per lease) pauses at most lostGiveBackMaxPause, so
+// it lands soon after a network fault heals.
 const (
-	giveBackFirstPause = 50 * time.Millisecond
-	giveBackMaxPause   = 400 * time.Millisecond
+	giveBackFirstPause   = 50 * time.Millisecond
+	lostGiveBackMaxPause = 400 * time.Millisecond
 )
 
 // poll is the blocking acquire of backends without a server-side queue:
