@@ -2,6 +2,8 @@ package fencing
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"reflect"
@@ -56,6 +58,51 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
+// deniedCodes are the SQLSTATEs of a database refusing the role:
+// invalid_password (28P01), invalid_authorization_specification (28000: no
+// pg_hba.conf entry, a role that may not log in, a client certificate
+// refused) and insufficient_privilege (42501).
+var deniedCodes = map[string]bool{"28P01": true, "28000": true, "42501": true}
+
+// dbError is an error of the database, wrapped with what this package was
+// doing. The database's error stays in the chain (errors.As finds its
+// *pgconn.PgError); the refusal of the role, or of the server's
+// certificate, also matches distlock.ErrAccessDenied.
+type dbError struct{ err error }
+
+func (e *dbError) Error() string { return e.err.Error() }
+func (e *dbError) Unwrap() error { return e.err }
+
+// Is makes a refusal match distlock.ErrAccessDenied: retrying it cannot
+// help, unlike a lost connection.
+func (e *dbError) Is(target error) bool {
+	if target != distlock.ErrAccessDenied {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(e.err, &pgErr) {
+		return deniedCodes[pgErr.Code]
+	}
+	return certificateRefused(e.err)
+}
+
+// certificateRefused reports whether err is the client refusing the
+// server's certificate: pgx's sslmode=verify-full checks it in the TLS
+// handshake, verify-ca with x509 itself.
+func certificateRefused(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var authority x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	return errors.As(err, &verify) || errors.As(err, &authority) || errors.As(err, &host) || errors.As(err, &invalid)
+}
+
+// dbErr is fmt.Errorf(format, args...), whose %w is an error of the
+// database, made a *dbError.
+func dbErr(format string, args ...any) error {
+	return &dbError{fmt.Errorf(format, args...)}
+}
+
 // StaleTokenError says which fence was refused and what the database holds.
 // It matches ErrStaleToken. Stored == Token means the token was equal but
 // another holder had written it: the backend handed one token out twice.
@@ -106,9 +153,10 @@ const DefaultTable = "distlock_fence"
 // (epoch, token) accepted for it and the holder that presented it. Its
 // methods are safe for concurrent use.
 type Table struct {
-	name                     string // quoted, possibly schema-qualified
+	name                     string   // quoted, possibly schema-qualified
+	parts                    []string // the name as given, unquoted
 	ddl, guardSQL, storedSQL string
-	lookSQL, upgradeSQL      string
+	lookSQL, columnsSQL      string
 }
 
 var defaultTable = mustTable(DefaultTable)
@@ -135,7 +183,8 @@ func NewTable(name ...string) (*Table, error) {
 	}
 	q := pgx.Identifier(name).Sanitize()
 	return &Table{
-		name: q,
+		name:  q,
+		parts: append([]string(nil), name...),
 		ddl: "CREATE TABLE IF NOT EXISTS " + q + " (\n" +
 			"    resource text   PRIMARY KEY,\n" +
 			"    epoch    bigint NOT NULL DEFAULT 0,\n" +
@@ -145,14 +194,18 @@ func NewTable(name ...string) (*Table, error) {
 		// token. A NULL holder (a row from before the column) equals
 		// nothing, so such a row accepts only a larger pair.
 		guardSQL: "INSERT INTO " + q + " AS f (resource, epoch, token, holder) VALUES ($1, $2, $3, $4) " +
-			"ON CONFLICT (resource) DO UPDATE SET epoch = excluded.epoch, token = excluded.token, holder = excluded.holder " +
+			"ON CONFLICT (resource) DO UPDATE SET epoch = excluded.epoch, token = excluded.token, holder = " +
+			// The mutant keeps the stored holder at an equal pair: the
+			// trigger refuses a holder change there, and the harness must
+			// see the guard's own bug, not the trigger's refusal.
+			mutation.Pick("equal-token-accepted", "CASE WHEN (f.epoch, f.token) = (excluded.epoch, excluded.token) THEN f.holder ELSE excluded.holder END",
+				"excluded.holder") + " " + // mutation: equal-token-accepted
 			"WHERE (f.epoch, f.token) < (excluded.epoch, excluded.token) OR (f.epoch = excluded.epoch AND f.token = excluded.token AND " +
 			mutation.Pick("equal-token-accepted", "TRUE", "f.holder = excluded.holder") + ") " + // mutation: equal-token-accepted
 			"RETURNING token",
 		storedSQL: "SELECT epoch, token, holder FROM " + q + " WHERE resource = $1",
-		lookSQL: "SELECT to_regclass($1) IS NOT NULL, (SELECT count(*) = 2 FROM pg_catalog.pg_attribute " +
-			"WHERE attrelid = to_regclass($1) AND attname IN ('holder', 'epoch') AND NOT attisdropped)",
-		upgradeSQL: "ALTER TABLE " + q + " ADD COLUMN IF NOT EXISTS holder text, " +
+		lookSQL:   lookSQL,
+		columnsSQL: "ALTER TABLE " + q + " ADD COLUMN IF NOT EXISTS holder text, " +
 			"ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0",
 	}, nil
 }
@@ -177,23 +230,33 @@ func checkIdent(s string) error {
 // Name returns the quoted table name as it appears in SQL.
 func (t *Table) Name() string { return t.name }
 
-// DDL returns the CREATE TABLE IF NOT EXISTS statement of the table. A
-// table created by an earlier version of this package also needs
-// UpgradeDDL.
+// DDL returns the CREATE TABLE IF NOT EXISTS statement of the table. The
+// triggers come with UpgradeDDL, which a table created by an earlier
+// version of this package also needs.
 func (t *Table) DDL() string { return t.ddl }
 
-// UpgradeDDL returns the statement that brings a fence table created by an
-// earlier version of this package (without the holder or the epoch column)
-// up to date, keeping its rows (their epoch is 0): ALTER TABLE … ADD COLUMN
-// IF NOT EXISTS holder text, ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL
-// DEFAULT 0. Create runs it when needed.
-func (t *Table) UpgradeDDL() string { return t.upgradeSQL }
+// UpgradeDDL returns the statements that bring a fence table created by
+// this or an earlier version of this package up to date, keeping its rows
+// (those without an epoch get 0): ALTER TABLE … ADD COLUMN IF NOT EXISTS
+// holder text, ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0;
+// then the function distlock_fence_no_lowering() and the triggers
+// distlock_fence_no_lowering (BEFORE UPDATE OR DELETE, each row) and
+// distlock_fence_no_truncate (BEFORE TRUNCATE), which refuse a lowered,
+// moved or deleted fence. The function goes to the table's schema when the
+// name is schema-qualified, else to the first schema of the search_path.
+// Run them as the table's owner, in one transaction (as one query they run
+// in one). Create runs them when needed.
+func (t *Table) UpgradeDDL() string {
+	return t.upgradeScript(t.parts[:len(t.parts)-1])
+}
 
 // Create creates the table if it does not exist where the guard finds it
-// (the search_path), and adds the holder and epoch columns to a table
-// created by an earlier version of this package. It is safe to run at every
+// (the search_path), and brings a table created by an earlier version of
+// this package up to date (see UpgradeDDL): the holder and epoch columns,
+// and the triggers that refuse a lowered fence. It is safe to run at every
 // start-up, from several processes at once, and by a role that may only
-// read and write a current table (it then only reads the catalog).
+// read and write a current table (it then only reads the catalog); on a
+// table that is not current it needs the table's owner.
 func (t *Table) Create(ctx context.Context, db DB) error {
 	if err := checkCall(ctx, db); err != nil {
 		return err
@@ -203,11 +266,11 @@ func (t *Table) Create(ctx context.Context, db DB) error {
 	// with a schema of its own would make an empty table there that hides
 	// the real one, and it needs rights (CREATE, a writable session) that a
 	// runtime role on a current table does not have.
-	exists, current, err := t.look(ctx, db)
+	schema, current, err := t.look(ctx, db)
 	if err != nil || current {
 		return err
 	}
-	if !exists {
+	if schema == "" {
 		if _, err := db.Exec(ctx, t.ddl); err != nil {
 			// Concurrent CREATE TABLE IF NOT EXISTS can still collide on
 			// the catalog (the table, its row type, a unique index); the
@@ -215,33 +278,41 @@ func (t *Table) Create(ctx context.Context, db DB) error {
 			// of that name, the look below finds no table and says so.
 			var pgErr *pgconn.PgError
 			if !errors.As(err, &pgErr) || !alreadyExists[pgErr.Code] {
-				return fmt.Errorf("fencing: create table %s: %w", t.name, err)
+				return dbErr("fencing: create table %s: %w", t.name, err)
 			}
 		}
-		if exists, current, err = t.look(ctx, db); err != nil || current {
+		if schema, current, err = t.look(ctx, db); err != nil || current {
 			return err
 		}
-		if !exists {
+		if schema == "" {
 			return fmt.Errorf("fencing: table %s was created but is not found on the search_path", t.name)
 		}
 	}
-	// Processes starting together may all get here: the ALTERs queue on
-	// the table lock and IF NOT EXISTS makes the later ones no-ops. ALTER
-	// TABLE runs only when there is something to add: it takes an ACCESS
-	// EXCLUSIVE lock even when it has nothing to do, and needs the owner.
-	if _, err := db.Exec(ctx, t.upgradeSQL); err != nil {
-		return fmt.Errorf("fencing: add the holder and epoch columns to %s: %w", t.name, err)
+	// Processes starting together may all get here: the script's ALTER
+	// queues them on the table lock, and what the first one made the
+	// later ones make again, harmlessly. It runs only when something is
+	// missing: ALTER TABLE takes an ACCESS EXCLUSIVE lock even when it has
+	// nothing to do, and needs the owner.
+	if _, err := db.Exec(ctx, t.upgradeScript([]string{schema})); err != nil {
+		return dbErr("fencing: bring %s up to date (the holder and epoch columns, the triggers that refuse a lowered fence; "+
+			"this needs the table's owner): %w", t.name, err)
 	}
 	return nil
 }
 
-// look reports whether the table exists where the guard finds it, and
-// whether it has every column of this version.
-func (t *Table) look(ctx context.Context, db DB) (exists, current bool, err error) {
-	if err := db.QueryRow(ctx, t.lookSQL, t.name).Scan(&exists, &current); err != nil {
-		return false, false, fmt.Errorf("fencing: look for table %s: %w", t.name, err)
+// look reports the schema of the table where the guard finds it ("" if
+// there is none), and whether it has every column and trigger of this
+// version.
+func (t *Table) look(ctx context.Context, db DB) (schema string, current bool, err error) {
+	var columns, triggers bool
+	err = db.QueryRow(ctx, t.lookSQL, t.name, triggerBody).Scan(&schema, &columns, &triggers)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return "", false, nil
+	case err != nil:
+		return "", false, dbErr("fencing: look for table %s: %w", t.name, err)
 	}
-	return exists, current, nil
+	return schema, columns && triggers, nil
 }
 
 // alreadyExists are the SQLSTATEs of a CREATE that lost a race with another:
@@ -272,7 +343,7 @@ func (t *Table) Guard(ctx context.Context, tx pgx.Tx, resource string, f distloc
 		return nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("fencing: guard %q: %w", resource, err)
+		return dbErr("fencing: guard %q: %w", resource, err)
 	}
 	// Stale. Read the winning fence for the error; this runs only on the
 	// rejection path, so the accepted path stays one statement.
@@ -306,7 +377,7 @@ func (t *Table) WithGuard(ctx context.Context, db Beginner, resource string, f d
 	}
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("fencing: begin: %w", err)
+		return dbErr("fencing: begin: %w", err)
 	}
 	done := false
 	defer func() {
@@ -327,7 +398,7 @@ func (t *Table) WithGuard(ctx context.Context, db Beginner, resource string, f d
 	}
 	if err := tx.Commit(ctx); err != nil {
 		done = true // a failed commit ends the transaction
-		return fmt.Errorf("fencing: commit %q: %w", resource, err)
+		return dbErr("fencing: commit %q: %w", resource, err)
 	}
 	done = true
 	return nil

@@ -51,6 +51,7 @@ func TestFencing(t *testing.T) {
 	t.Run("GuardIsOneStatement", func(t *testing.T) { testGuardIsOneStatement(t, s.DSN()) })
 	t.Run("UpgradeOldTable", func(t *testing.T) { testUpgradeOldTable(t, pool, s.DSN()) })
 	t.Run("ConcurrentMigrate", func(t *testing.T) { testConcurrentMigrate(t, pool, s.DSN()) })
+	t.Run("MigrateInstallsTriggers", func(t *testing.T) { testMigrateInstallsTriggers(t, pool, s.DSN()) })
 	t.Run("RollbackOnError", func(t *testing.T) { testRollbackOnError(t, pool) })
 	t.Run("RollbackOnPanic", func(t *testing.T) { testRollbackOnPanic(t, pool) })
 	t.Run("ConnAndTx", func(t *testing.T) { testConnAndTx(t, pool, s.DSN()) })

@@ -81,7 +81,7 @@ func UpdateRow(ctx context.Context, db DB, u RowUpdate, f distlock.Fence) error 
 	}
 	tag, err := db.Exec(ctx, update, args...)
 	if err != nil {
-		return fmt.Errorf("fencing: update %s: %w", u.describe(), err)
+		return dbErr("fencing: update %s: %w", u.describe(), err)
 	}
 	if tag.RowsAffected() > 0 {
 		return nil
@@ -94,7 +94,7 @@ func UpdateRow(ctx context.Context, db DB, u RowUpdate, f distlock.Fence) error 
 		return fmt.Errorf("%w: %s", ErrRowNotFound, u.describe())
 	case err != nil:
 		// Nothing was written; only the reason is unknown.
-		return fmt.Errorf("fencing: update %s wrote no row (stale token or no such row; reading which failed: %w)", u.describe(), err)
+		return dbErr("fencing: update %s wrote no row (stale token or no such row; reading which failed: %w)", u.describe(), err)
 	case staleAgainst(f, epoch, distlock.Token(stored), holder):
 		se := &StaleTokenError{Resource: u.describe(), Epoch: f.Epoch, Token: f.Token, Holder: f.Holder,
 			StoredEpoch: epoch, Stored: distlock.Token(stored)}

@@ -1,0 +1,103 @@
+package fencing
+
+import "github.com/jackc/pgx/v5"
+
+// A role that may UPDATE the fence table — every runtime role, since Guard
+// needs it — could otherwise set a row back by hand and let a stale holder
+// through. Two triggers, which Migrate installs, refuse that to everyone;
+// only the table's owner can lower a fence, by disabling them.
+const (
+	// rowTrigger refuses an UPDATE that lowers a fence, and every DELETE.
+	rowTrigger = "distlock_fence_no_lowering"
+	// truncateTrigger refuses TRUNCATE, which deletes every fence.
+	truncateTrigger = "distlock_fence_no_truncate"
+	// triggerFunc runs both; one per schema, shared by its fence tables.
+	triggerFunc = "distlock_fence_no_lowering"
+)
+
+// triggerBody is triggerFunc's PL/pgSQL. An UPDATE passes only if it keeps
+// the resource and raises (epoch, token), or keeps the pair and the holder:
+// exactly what Guard's upsert writes. Keeping the pair with another holder
+// would let a second holder of a token handed out twice pass. NULL epochs
+// and tokens count as 0, as the guard counts them. The owner of the
+// function can change what it does, so Migrate counts the triggers as
+// installed only while the table's owner owns it and its text is this one.
+// It runs with the caller's search_path pinned (triggerConfig): it runs
+// as the caller, who could otherwise put a schema of its own before
+// pg_catalog and with it an operator > on bigint that lets any update pass.
+const triggerBody = `
+DECLARE
+    hint CONSTANT text := 'Only the table''s owner can lower a fence: ALTER TABLE ... DISABLE TRIGGER '
+        || TG_NAME || ', lower it and ENABLE TRIGGER again, in one transaction.';
+BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        RAISE EXCEPTION USING ERRCODE = 'check_violation', HINT = hint, SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME,
+            MESSAGE = format('distlock fencing: truncating %I.%I would delete every fence in it', TG_TABLE_SCHEMA, TG_TABLE_NAME);
+    ELSIF TG_OP = 'DELETE' THEN
+        RAISE EXCEPTION USING ERRCODE = 'check_violation', HINT = hint, SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME,
+            MESSAGE = format('distlock fencing: deleting the fence of %L from %I.%I would lower it to nothing',
+                OLD.resource, TG_TABLE_SCHEMA, TG_TABLE_NAME);
+    ELSIF NEW.resource <> OLD.resource THEN
+        RAISE EXCEPTION USING ERRCODE = 'check_violation', HINT = hint, SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME,
+            MESSAGE = format('distlock fencing: moving the fence of %L in %I.%I to %L would lower it to nothing',
+                OLD.resource, TG_TABLE_SCHEMA, TG_TABLE_NAME, NEW.resource);
+    ELSIF (coalesce(NEW.epoch, 0), coalesce(NEW.token, 0)) > (coalesce(OLD.epoch, 0), coalesce(OLD.token, 0))
+        OR ((coalesce(NEW.epoch, 0), coalesce(NEW.token, 0)) = (coalesce(OLD.epoch, 0), coalesce(OLD.token, 0))
+            AND NEW.holder IS NOT DISTINCT FROM OLD.holder) THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'check_violation', HINT = hint, SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME,
+        MESSAGE = format('distlock fencing: the fence of %L in %I.%I may not go down from (epoch %s, token %s, holder %L) to (epoch %s, token %s, holder %L)',
+            OLD.resource, TG_TABLE_SCHEMA, TG_TABLE_NAME, OLD.epoch, OLD.token, OLD.holder, NEW.epoch, NEW.token, NEW.holder);
+END
+`
+
+// triggerConfig is triggerFunc's pinned search_path, as pg_proc.proconfig
+// stores it.
+const triggerConfig = "search_path=pg_catalog, pg_temp"
+
+// lookSQL finds the table ($1) as the guard does (search_path) and says in
+// which schema, whether it has the holder and epoch columns, and whether
+// both triggers are there, enabled, unconditional, on the right events and
+// running this version's function ($2), with its search_path pinned,
+// owned by the table's owner. No row: no such table. It reads only the
+// catalog, which every role may.
+const lookSQL = `SELECT n.nspname,
+    (SELECT count(*) FROM pg_catalog.pg_attribute a
+      WHERE a.attrelid = c.oid AND a.attname IN ('holder', 'epoch') AND NOT a.attisdropped) = 2,
+    (SELECT count(*) FROM pg_catalog.pg_trigger g JOIN pg_catalog.pg_proc p ON p.oid = g.tgfoid
+      WHERE g.tgrelid = c.oid AND g.tgenabled IN ('O', 'A') AND g.tgqual IS NULL
+        AND (g.tgname, g.tgtype) IN (('` + rowTrigger + `', ` + rowTriggerType + `), ('` + truncateTrigger + `', ` + truncateTriggerType + `))
+        AND p.proowner = c.relowner AND p.prosrc = $2 AND p.proconfig = ARRAY['` + triggerConfig + `']) = 2
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = pg_catalog.to_regclass($1)`
+
+// pg_trigger.tgtype of the two triggers: ROW (1) | BEFORE (2) | DELETE (8)
+// | UPDATE (16), and BEFORE (2) | TRUNCATE (32), statement level.
+const (
+	rowTriggerType      = "27"
+	truncateTriggerType = "34"
+)
+
+// migrateLock is the transaction-level advisory lock that serialises the
+// installation of triggerFunc: fence tables of one schema share it, and
+// two CREATE OR REPLACE FUNCTION at once can fail ("tuple concurrently
+// updated"). The ALTER TABLE before it already serialises the upgrades of
+// one table.
+const migrateLock = "7235441220220052331" // "distlock", read as a big-endian int64
+
+// upgradeScript brings the table up to date: the holder and epoch columns,
+// then triggerFunc (in the schema named by fnSchema, or the first schema
+// of the search_path if fnSchema is empty) and both triggers. It is one
+// simple-protocol query, so PostgreSQL runs it as one transaction; only
+// the table's owner may run it.
+func (t *Table) upgradeScript(fnSchema []string) string {
+	fn := pgx.Identifier(append(append([]string(nil), fnSchema...), triggerFunc)).Sanitize()
+	return t.columnsSQL + ";\n" +
+		"SELECT pg_catalog.pg_advisory_xact_lock(" + migrateLock + ");\n" +
+		"CREATE OR REPLACE FUNCTION " + fn + "() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $distlock$" + triggerBody + "$distlock$;\n" +
+		"DROP TRIGGER IF EXISTS " + rowTrigger + " ON " + t.name + ";\n" +
+		"CREATE TRIGGER " + rowTrigger + " BEFORE UPDATE OR DELETE ON " + t.name + " FOR EACH ROW EXECUTE FUNCTION " + fn + "();\n" +
+		"DROP TRIGGER IF EXISTS " + truncateTrigger + " ON " + t.name + ";\n" +
+		"CREATE TRIGGER " + truncateTrigger + " BEFORE TRUNCATE ON " + t.name + " FOR EACH STATEMENT EXECUTE FUNCTION " + fn + "()"
+}
