@@ -31,7 +31,8 @@
 //
 // The fence table: one row per guarded resource with the highest token seen
 // and its holder. Create it with [Migrate] (or [Table.Create] for another
-// name), or with this DDL:
+// name), or with this DDL and the statements of [Table.UpgradeDDL] (the
+// triggers of "Roles and grants" below):
 //
 //	CREATE TABLE IF NOT EXISTS distlock_fence (
 //	    resource text   PRIMARY KEY,
@@ -41,11 +42,11 @@
 //	);
 //
 // A table created by an earlier version of this package lacks the holder or
-// the epoch column; Migrate (and Table.Create) add them, keeping the rows
-// (at epoch 0), safely from several processes at once, or run the statement
-// [Table.UpgradeDDL] returns yourself. Rows without a holder accept only a
-// larger token. Upgrade every writer together: an earlier version ignores
-// the epoch.
+// the epoch column, or the triggers; Migrate (and Table.Create), run by the
+// table's owner, add them, keeping the rows (at epoch 0), safely from
+// several processes at once; or run the statements [Table.UpgradeDDL]
+// returns yourself. Rows without a holder accept only a larger token.
+// Upgrade every writer together: an earlier version ignores the epoch.
 //
 // [Guard], called as the first statement of the caller's transaction, runs
 // one upsert:
@@ -123,6 +124,32 @@
 // them. Under REPEATABLE READ or SERIALIZABLE a guard that waited raises a
 // serialization failure instead; retry the transaction.
 //
+// # Roles and grants
+//
+// The role that runs Migrate owns the fence table and needs USAGE and
+// CREATE on its schema; the application's runtime role needs USAGE on the
+// schema and SELECT, INSERT, UPDATE on the table, nothing more (its Migrate
+// on a current table only reads the catalog):
+//
+//	GRANT USAGE, CREATE ON SCHEMA public TO fence_owner;
+//	GRANT USAGE ON SCHEMA public TO app;
+//	-- as fence_owner, after Migrate:
+//	GRANT SELECT, INSERT, UPDATE ON distlock_fence TO app;
+//
+// A role that may UPDATE the table could set a fence back by hand and let
+// a stale holder through, so Migrate installs triggers that refuse any
+// update lowering a row's (epoch, token) or changing its holder at an equal
+// pair, and every DELETE and TRUNCATE. They bind every role; only the
+// table's owner can lower a fence, by disabling the trigger
+// distlock_fence_no_lowering in the transaction that lowers it.
+//
+// The database refusing the role — a wrong password (SQLSTATE 28P01), no
+// pg_hba.conf entry (28000), a missing privilege (42501) — or the client
+// refusing the server's certificate gives an error that matches
+// [distlock.ErrAccessDenied]; errors.As still finds the *pgconn.PgError.
+// The TLS and SCRAM setup, and what a co-tenant can still do, are in
+// docs/security.md.
+//
 // # What it guarantees and what it does not
 //
 // It guarantees that once a transaction guarded with token T by holder H has
@@ -135,7 +162,8 @@
 // that can repeat tokens after a restart or failover (see each backend's
 // Guarantees) still cannot get two holders past one fence — whichever writes
 // first with a token keeps it — but the other one is refused until its
-// tokens pass the stored one, even if it is the rightful holder. Fence rows
-// are never deleted by this package; a deleted row resets its resource's
-// fence.
+// tokens pass the stored one, even if it is the rightful holder. It assumes
+// that only the fence table's owner lowers a fence (see the triggers
+// above). Fence rows are never deleted by this package; a deleted row
+// resets its resource's fence.
 package fencing
