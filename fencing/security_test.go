@@ -179,11 +179,12 @@ func testCoTenantCannotLower(t *testing.T, s *testserver.SecuredPostgres, admin,
 	mustExec(t, admin, `GRANT USAGE ON SCHEMA public TO tenant`)
 	mustExec(t, owner, `GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON distlock_fence TO tenant`)
 	tenant := rolePool(t, s.RoleDSN("tenant", tenantPassword), nil)
-	// A schema of its own, with an = on bigint that says yes to anything:
-	// first on its search_path, it would pass the trigger's equal-pair rule.
+	// A schema of its own, with a <> on text that says no to anything:
+	// first on its search_path, it would let the trigger take a moved fence
+	// for the same resource.
 	mustExec(t, admin, `CREATE SCHEMA tenant_own AUTHORIZATION tenant`)
-	mustExec(t, tenant, `CREATE FUNCTION tenant_own.yes(bigint, bigint) RETURNS boolean LANGUAGE sql AS 'SELECT true'`)
-	mustExec(t, tenant, `CREATE OPERATOR tenant_own.= (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = tenant_own.yes)`)
+	mustExec(t, tenant, `CREATE FUNCTION tenant_own.no(text, text) RETURNS boolean LANGUAGE sql AS 'SELECT false'`)
+	mustExec(t, tenant, `CREATE OPERATOR tenant_own.<> (LEFTARG = text, RIGHTARG = text, FUNCTION = tenant_own.no)`)
 	current := distlock.Fence{Epoch: 1, Token: 10, Holder: "current"}
 	if err := write(ctx, app, "acct", current, "current's"); err != nil {
 		t.Fatal(err)
@@ -203,7 +204,7 @@ func testCoTenantCannotLower(t *testing.T, s *testserver.SecuredPostgres, admin,
 		{"deleted", `DELETE FROM distlock_fence WHERE resource = 'acct'`, behind},
 		{"truncated", `TRUNCATE distlock_fence`, behind},
 		{"through an operator of its own", `SELECT pg_catalog.set_config('search_path', 'tenant_own, pg_catalog', true);
-			UPDATE public.distlock_fence SET token = 1 WHERE resource = 'acct'`, distlock.Fence{Epoch: 1, Token: 5, Holder: "stale"}},
+			UPDATE public.distlock_fence SET resource = 'moved' WHERE resource = 'acct'`, behind},
 	} {
 		_, err := tenant.Exec(ctx, down.sql)
 		var pgErr *pgconn.PgError
