@@ -22,9 +22,9 @@ const (
 // and tokens count as 0, as the guard counts them. The owner of the
 // function can change what it does, so Migrate counts the triggers as
 // installed only while the table's owner owns it and its text is this one.
-// It runs with the caller's search_path pinned (triggerConfig): it runs
-// as the caller, who could otherwise put a schema of its own before
-// pg_catalog and with it an operator > on bigint that lets any update pass.
+// Its search_path is pinned (triggerConfig): it runs as the caller, who
+// could otherwise put a schema of its own before pg_catalog, with an
+// operator (a <> on text, say) that lets a moved fence pass.
 const triggerBody = `
 DECLARE
     hint CONSTANT text := 'Only the table''s owner can lower a fence: ALTER TABLE ... DISABLE TRIGGER '
