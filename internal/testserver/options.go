@@ -12,6 +12,7 @@ type config struct {
 	zkMaxSession     time.Duration // 0: 60 s
 	zkReapInterval   time.Duration // 0: the server's default, 60 s
 	zkReapPerMinute  int           // 0: the server's default, 10000
+	zkSecure         zkSecurity    // WithZKTLS, WithZKSuperPassword (zookeeper.go)
 	pgFsync          bool
 }
 

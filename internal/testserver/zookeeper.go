@@ -3,12 +3,15 @@ package testserver
 import (
 	"bufio"
 	"context"
+	"crypto/sha1"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -41,16 +44,13 @@ func zkSpec(cfg *config, n int) (spec, error) {
 	if err != nil {
 		return spec{}, err
 	}
-	// slf4j needs a binding or ZooKeeper logs nothing; Debian ships log4j 1.2 for it.
-	cp := []string{jar}
-	for _, p := range []string{"/usr/share/java/slf4j-log4j12.jar", "/usr/share/java/log4j-1.2.jar"} {
-		if _, err := os.Stat(p); err == nil {
-			cp = append(cp, p)
-		}
-	}
+	cp := zkClasspath(jar, cfg.zkSecure.ca != nil)
 	nports := 1
 	if n > 1 {
 		nports = 3 // client, quorum, election
+	}
+	if cfg.zkSecure.ca != nil {
+		nports++ // the secureClientPort, last
 	}
 	tick := max(cfg.zkTick.Milliseconds(), 1)
 	maxSession := int64(60000)
@@ -80,6 +80,11 @@ func zkSpec(cfg *config, n int) (spec, error) {
 					"4lw.commands.whitelist=*",
 					"admin.enableServer=false",
 				}
+				secure, err := zkSecureSetup(cfg, s)
+				if err != nil {
+					return err
+				}
+				conf = append(conf, secure.conf...)
 				if n > 1 {
 					for j, m := range ms {
 						conf = append(conf, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", j+1, m.ports[1], m.ports[2]))
@@ -108,6 +113,7 @@ func zkSpec(cfg *config, n int) (spec, error) {
 					"-Dlog4j.configuration=file:" + log4j,
 				}
 				s.args = append(s.args, zkReaperProps(cfg)...)
+				s.args = append(s.args, secure.props...)
 				s.args = append(s.args, "-cp", strings.Join(cp, ":"),
 					"org.apache.zookeeper.server.quorum.QuorumPeerMain", cfgPath)
 				s.ready = func(ctx context.Context) error {
@@ -176,4 +182,106 @@ func zkModeCtx(ctx context.Context, s *Server) (string, error) {
 		return "", err
 	}
 	return "", fmt.Errorf("srvr: %q", first)
+}
+
+// zkSecurity is a secured ZooKeeper server's setup (WithZKTLS,
+// WithZKSuperPassword).
+type zkSecurity struct {
+	ca     *CA
+	server KeyPair
+	super  string // the super user's password; "" for none
+}
+
+// WithZKTLS gives each ZooKeeper server a secureClientPort (its address:
+// SecureAddr) beside its plaintext client port: Netty serves it with TLS,
+// presenting server (from ca.Server) and asking clients for a certificate
+// that ca issued (ca.Client). A client that presents one is also
+// authenticated as x509:<its subject>.
+func WithZKTLS(ca *CA, server KeyPair) Option {
+	return func(c *config) { c.zkSecure.ca, c.zkSecure.server = ca, server }
+}
+
+// WithZKSuperPassword sets the password of ZooKeeper's super user, who
+// passes every ACL: tests authenticate as digest "super:<password>" to set
+// up or inspect znodes whatever their ACL. Digest auth itself needs no
+// setting: every ZooKeeper server accepts it.
+func WithZKSuperPassword(password string) Option {
+	return func(c *config) { c.zkSecure.super = password }
+}
+
+// zkSecurePorts maps a secured server to its secureClientPort.
+var zkSecurePorts sync.Map // *Server → int
+
+// SecureAddr returns the address of a ZooKeeper server's secureClientPort
+// (WithZKTLS), or "" if it has none.
+func (s *Server) SecureAddr() string {
+	if p, ok := zkSecurePorts.Load(s); ok {
+		return fmt.Sprintf("127.0.0.1:%d", p.(int))
+	}
+	return ""
+}
+
+// zkSecured is what a secured server adds to zoo.cfg and to the JVM's
+// system properties.
+type zkSecured struct {
+	conf, props []string
+}
+
+func zkSecureSetup(cfg *config, s *Server) (zkSecured, error) {
+	var out zkSecured
+	sec := cfg.zkSecure
+	if sec.super != "" {
+		sum := sha1.Sum([]byte("super:" + sec.super))
+		out.props = append(out.props, "-Dzookeeper.DigestAuthenticationProvider.superDigest=super:"+base64.StdEncoding.EncodeToString(sum[:]))
+	}
+	if sec.ca == nil {
+		return out, nil
+	}
+	port := s.ports[len(s.ports)-1]
+	zkSecurePorts.Store(s, port)
+	// ZooKeeper reads a PEM key store from one file: the key, then the
+	// certificate.
+	keyStore := filepath.Join(s.dir, "zk-keystore.pem")
+	var pem []byte
+	for _, f := range []string{sec.server.KeyFile, sec.server.CertFile} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return out, err
+		}
+		pem = append(pem, b...)
+	}
+	if err := os.WriteFile(keyStore, pem, 0o600); err != nil {
+		return out, err
+	}
+	out.conf = append(out.conf, fmt.Sprintf("secureClientPort=%d", port), "secureClientPortAddress=127.0.0.1")
+	out.props = append(out.props,
+		"-Dzookeeper.serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+		"-Dzookeeper.ssl.keyStore.location="+keyStore,
+		"-Dzookeeper.ssl.keyStore.type=PEM",
+		"-Dzookeeper.ssl.trustStore.location="+sec.ca.File,
+		"-Dzookeeper.ssl.trustStore.type=PEM",
+		// The secure port authenticates a client's certificate with the
+		// x509 provider, which is not registered by default.
+		"-Dzookeeper.authProvider.x509=org.apache.zookeeper.server.auth.X509AuthenticationProvider",
+	)
+	return out, nil
+}
+
+// zkClasspath is zookeeper.jar (whose manifest lists most of its
+// dependencies), a logging binding, and for a secure port the Netty jars
+// Debian's manifest leaves out (codec, resolver).
+func zkClasspath(jar string, secure bool) []string {
+	// slf4j needs a binding or ZooKeeper logs nothing; Debian ships log4j 1.2 for it.
+	extra := []string{"slf4j-log4j12", "log4j-1.2"}
+	if secure {
+		extra = append(extra, "netty-codec", "netty-resolver", "netty-transport-native-unix-common")
+	}
+	cp := []string{jar}
+	for _, name := range extra {
+		p := "/usr/share/java/" + name + ".jar"
+		if _, err := os.Stat(p); err == nil {
+			cp = append(cp, p)
+		}
+	}
+	return cp
 }
