@@ -69,7 +69,7 @@ func (b *backend) Inspect(ctx context.Context, key string) (driver.Holder, error
 	// one per request.
 	h, err := call(b, ctx, func() (driver.Holder, error) { return b.inspect(ctx, conn, dir) })
 	if err != nil && ctx.Err() == nil {
-		return driver.Holder{}, b.unreachable(err)
+		return driver.Holder{}, b.classify(err)
 	}
 	return h, err
 }

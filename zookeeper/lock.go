@@ -69,23 +69,14 @@ func (b *backend) acquire(ctx context.Context, req driver.Request, wait bool) (d
 	dir := b.base + "/" + escapeKey(req.Key)
 	n, stat, err := b.enqueue(ctx, conn, dir, req.Owner, req.Value)
 	if err != nil {
-		return driver.Grant{}, b.unreachable(err)
+		return driver.Grant{}, b.classify(err)
 	}
 	g, err := b.await(ctx, conn, req.Key, n, stat, wait)
 	if err != nil {
 		b.dequeue(ctx, conn, n)
-		return driver.Grant{}, b.unreachable(err)
+		return driver.Grant{}, b.classify(err)
 	}
 	return g, nil
-}
-
-// unreachable makes the errors of a connection that is down match
-// ErrUnavailable, so that a waiting Acquire tries again.
-func (b *backend) unreachable(err error) error {
-	if errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, errSessionLost) {
-		return driver.Unavailable("zookeeper", err)
-	}
-	return err
 }
 
 // firstLook is what the create's goroutine learned right after the create:
@@ -99,6 +90,10 @@ type firstLook struct {
 	version   int32
 	session   int64
 	statErr   error
+	// The key directory's ACL, read when the Locker checks its parents
+	// (acl.go).
+	acl    []zk.ACL
+	aclErr error
 }
 
 // enqueue creates our znode, with the holder's value as its data (Inspect
@@ -213,21 +208,30 @@ func (b *backend) create(ctx context.Context, conn *zk.Conn, dir, owner, prefix 
 
 // look lists dir and stats our znode with the two requests sent back to
 // back (one round trip; a session's requests are answered in order, so both
-// see our znode). The Children call runs here, in the create's goroutine;
-// only the Exists needs a goroutine of its own.
+// see our znode), and reads dir's ACL in the same round trip when the
+// Locker checks its parents. The Children call runs here, in the create's
+// goroutine; the others need a goroutine each.
 func (b *backend) look(conn *zk.Conn, dir, path string) *firstLook {
 	res := &firstLook{listStart: time.Now()}
-	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
 	go func() {
-		defer close(done)
+		defer wg.Done()
 		var st *zk.Stat
 		res.exists, st, res.statErr = conn.Exists(path)
 		if res.statErr == nil && res.exists {
 			res.czxid, res.version, res.session = st.Czxid, st.Version, st.EphemeralOwner
 		}
 	}()
+	if b.checkACL {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res.acl, _, res.aclErr = conn.GetACL(dir)
+		}()
+	}
 	res.children, _, res.childErr = conn.Children(dir)
-	<-done // go-zookeeper answers or fails every call, at once after Close
+	wg.Wait() // go-zookeeper answers or fails every call, at once after Close
 	return res
 }
 
@@ -237,13 +241,8 @@ func (b *backend) await(ctx context.Context, conn *zk.Conn, key string, n *node,
 	if err := ctx.Err(); err != nil {
 		return driver.Grant{}, err
 	}
-	switch {
-	case look.childErr != nil:
-		return driver.Grant{}, fmt.Errorf("zookeeper: list %s: %w", n.dir, look.childErr)
-	case look.statErr != nil:
-		return driver.Grant{}, fmt.Errorf("zookeeper: stat %s: %w", n.path, look.statErr)
-	case !look.exists:
-		return driver.Grant{}, fmt.Errorf("zookeeper: %s vanished after its create: %w", n.path, errSessionLost)
+	if err := b.checkLook(n, look); err != nil {
+		return driver.Grant{}, err
 	}
 	n.czxid, n.version, n.session = look.czxid, look.version, look.session
 	n.epoch = b.sess.epochFor(n.session)
@@ -306,6 +305,26 @@ func (b *backend) await(ctx context.Context, conn *zk.Conn, key string, n *node,
 	}
 }
 
+// checkLook reports what the create's goroutine saw that ends the attempt:
+// a key directory open to anyone (when the Locker checks its parents), a
+// failed read, our znode gone.
+func (b *backend) checkLook(n *node, look *firstLook) error {
+	if b.checkACL {
+		if err := b.checkDir(n.dir, look.acl, look.aclErr); err != nil {
+			return err
+		}
+	}
+	switch {
+	case look.childErr != nil:
+		return fmt.Errorf("zookeeper: list %s: %w", n.dir, look.childErr)
+	case look.statErr != nil:
+		return fmt.Errorf("zookeeper: stat %s: %w", n.path, look.statErr)
+	case !look.exists:
+		return fmt.Errorf("zookeeper: %s vanished after its create: %w", n.path, errSessionLost)
+	}
+	return nil
+}
+
 // dequeue deletes our znode after a failed or abandoned acquire, within a
 // bounded time even if ctx has ended; the janitor takes over if it cannot.
 func (b *backend) dequeue(ctx context.Context, conn *zk.Conn, n *node) {
@@ -348,12 +367,12 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 		// Given up after the grace: the janitor has it in hand.
 		return fmt.Errorf("%w: %s given up after the disconnect grace: %w", distlock.ErrNotHeld, n.path, err)
 	default:
-		return err
+		return b.classify(fmt.Errorf("zookeeper: delete %s: %w", n.path, err))
 	}
 }
 
 // ensureDir creates the key directory as a container znode, and the base
-// path's missing ancestors as persistent ones. It reports whether it
+// path and its missing ancestors as persistent ones. It reports whether it
 // created the directory (false if it was there already).
 func (b *backend) ensureDir(ctx context.Context, conn *zk.Conn, dir string) (bool, error) {
 	mk := func() (bool, error) {
@@ -370,13 +389,8 @@ func (b *backend) ensureDir(ctx context.Context, conn *zk.Conn, dir string) (boo
 		}
 		return created, nil
 	}
-	p := ""
-	for _, seg := range strings.Split(b.base[1:], "/") {
-		p += "/" + seg
-		_, err := call(b, ctx, func() (string, error) { return conn.Create(p, nil, zk.FlagPersistent, b.acl) })
-		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return false, fmt.Errorf("zookeeper: create base path %s: %w", p, err)
-		}
+	if err := b.ensureBase(ctx, conn); err != nil {
+		return false, err
 	}
 	created, err = mk()
 	if err != nil {

@@ -32,6 +32,8 @@ type (
 	connOptionsKey    struct{}
 	aclKey            struct{}
 	ensembleSizeKey   struct{}
+	authKey           struct{}
+	allowOpenACLKey   struct{}
 )
 
 // WithSessionTimeout sets the session timeout. Dial asks the server for it
@@ -97,13 +99,77 @@ func WithConnOptions(opts ...func(*zk.Conn)) distlock.Option {
 	return driver.BackendOption("zookeeper", "WithConnOptions", connOptionsKey{}, opts)
 }
 
-// WithACL sets the ACL of the znodes the Locker creates (default
-// zk.WorldACL(zk.PermAll)).
+// WithACL sets the ACL of the znodes the Locker creates: the base path and
+// its missing ancestors, the key directories and the lock znodes. The
+// default is zk.WorldACL(zk.PermAll) without WithAuth (any client may
+// delete any lock), and with WithAuth the authenticated user's alone:
+// zk.DigestACL(zk.PermAll, user, password) for digest auth,
+// zk.AuthACL(zk.PermAll) (creator only) for another scheme. With WithAuth,
+// an ACL that grants anyone (world:anyone) CREATE, DELETE or ADMIN is
+// refused (ErrOpenACL) unless WithAllowOpenACL says otherwise.
 func WithACL(acl []zk.ACL) distlock.Option {
 	if len(acl) == 0 {
 		return driver.InvalidOption("zookeeper: empty ACL")
 	}
 	return driver.BackendOption("zookeeper", "WithACL", aclKey{}, acl)
+}
+
+// auth is WithAuth's setting.
+type auth struct {
+	scheme string
+	data   []byte
+}
+
+// digest returns the user and password of digest auth.
+func (a auth) digest() (user, password string, ok bool) {
+	if a.scheme != "digest" {
+		return "", "", false
+	}
+	return strings.Cut(string(a.data), ":")
+}
+
+// WithAuth makes Dial authenticate every connection of its session, as
+// go-zookeeper's AddAuth and Curator's authorization(scheme, auth) do:
+// scheme "digest" with auth "user:password" is ZooKeeper's user and
+// password (zk://user:password@host/base in a URL). Dial fails with
+// distlock.ErrAccessDenied when the server refuses it. With it, the
+// Locker's znodes get the user's ACL (see WithACL), and Dial and each
+// acquire check that the base path and the key directory let no one else
+// create, delete or re-ACL their children (see WithAllowOpenACL). A
+// digest password is never refused by ZooKeeper: a wrong one is another
+// identity, which the base path's ACL then refuses (ErrAccessDenied).
+// Dial only: with New, authenticate the *zk.Conn yourself.
+func WithAuth(scheme string, auth []byte) distlock.Option {
+	if scheme == "" {
+		return driver.InvalidOption("zookeeper: empty auth scheme")
+	}
+	if scheme == "digest" {
+		user, _, ok := strings.Cut(string(auth), ":")
+		if !ok || user == "" {
+			return driver.InvalidOption("zookeeper: digest auth needs \"user:password\"")
+		}
+	}
+	return driver.BackendOption("zookeeper", "WithAuth", authKey{}, authOf(scheme, auth))
+}
+
+// String names the scheme, never the credentials (%v, %s).
+func (a auth) String() string { return a.scheme + ":xxxxx" }
+
+// GoString is String for %#v.
+func (a auth) GoString() string { return a.String() }
+
+func authOf(scheme string, data []byte) auth {
+	return auth{scheme: scheme, data: append([]byte(nil), data...)}
+}
+
+// WithAllowOpenACL accepts what a Locker with credentials (WithAuth) or a
+// restrictive WithACL otherwise refuses with ErrOpenACL: a base path or key
+// directory whose ACL lets anyone (world:anyone) create, delete or re-ACL
+// its children, and with WithAuth a WithACL that does. Anyone who reaches
+// the server can then delete the Locker's lock znodes, or queue znodes of
+// their own ahead of the holder's. URL: allow_open_acl=true.
+func WithAllowOpenACL(allow bool) distlock.Option {
+	return driver.BackendOption("zookeeper", "WithAllowOpenACL", allowOpenACLKey{}, allow)
 }
 
 // WithEnsembleSize declares how many servers the ensemble has, for

@@ -167,7 +167,7 @@ func (b *backend) Watch(ctx context.Context, key string) (driver.Subscription, e
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, b.unreachable(err)
+		return nil, b.classify(err)
 	}
 	return &subscription{b: b, conn: conn, dir: dir, w: w, closed: make(chan struct{})}, nil
 }
@@ -203,7 +203,7 @@ func (s *subscription) Wait(ctx context.Context) error {
 			case ctx.Err() != nil:
 				return ctx.Err() // the next Wait reads again and compares
 			default:
-				return s.b.unreachable(err)
+				return s.b.classify(err)
 			}
 			changed := !sameHolder(s.w.st, w.st)
 			s.w = w

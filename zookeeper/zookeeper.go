@@ -58,6 +58,9 @@ func newOnConn(conn *zk.Conn, opts []distlock.Option, release time.Duration) (*b
 	if _, ok := driver.BackendValue[[]func(*zk.Conn)](o, connOptionsKey{}); ok {
 		return nil, fmt.Errorf("%w: zookeeper: WithConnOptions is for Dial; New uses the caller's connection", distlock.ErrInvalidOption)
 	}
+	if _, ok := driver.BackendValue[auth](o, authKey{}); ok {
+		return nil, fmt.Errorf("%w: zookeeper: WithAuth is for Dial; with New, call AddAuth on the *zk.Conn and pass its ACL with WithACL", distlock.ErrInvalidOption)
+	}
 	timeout, _ := driver.BackendValue[time.Duration](o, sessionTimeoutKey{}) // 0: unknown
 	size := 1
 	if n, ok := driver.BackendValue[int](o, ensembleSizeKey{}); ok {
@@ -89,11 +92,17 @@ func newOnConn(conn *zk.Conn, opts []distlock.Option, release time.Duration) (*b
 // backend implements driver.Backend, with a server-side queue (Lock).
 type backend struct {
 	driver.NoNotice
-	conn    atomic.Pointer[zk.Conn]
-	owned   bool // Dial made conn, so Close closes it
-	base    string
-	acl     []zk.ACL
-	timeout time.Duration // session timeout asked (Dial) or declared (New); 0 when unknown
+	conn  atomic.Pointer[zk.Conn]
+	owned bool   // Dial made conn, so Close closes it
+	addr  string // the servers, as errors name them
+	base  string
+	acl   []zk.ACL
+	auth  auth // WithAuth's; scheme "" without
+	// checkACL: the Locker's own ACL is not open, so the parents it uses
+	// must not be either (acl.go), unless allowOpen (WithAllowOpenACL).
+	checkACL  bool
+	allowOpen bool
+	timeout   time.Duration // session timeout asked (Dial) or declared (New); 0 when unknown
 	// release bounds Close's wait for the creates in flight and its last
 	// clean-up (New): the Locker's release timeout.
 	release time.Duration
@@ -145,6 +154,7 @@ type backend struct {
 func newBackend(o driver.Settings, timeout time.Duration, owned bool, ensemble int) *backend {
 	b := &backend{
 		owned:        owned,
+		addr:         "zookeeper",
 		base:         DefaultBasePath,
 		acl:          zk.WorldACL(zk.PermAll),
 		timeout:      timeout,
@@ -156,9 +166,19 @@ func newBackend(o driver.Settings, timeout time.Duration, owned bool, ensemble i
 	if p, ok := driver.BackendValue[string](o, basePathKey{}); ok {
 		b.base = p
 	}
+	if a, ok := driver.BackendValue[auth](o, authKey{}); ok {
+		b.auth = a
+		b.acl = zk.AuthACL(zk.PermAll)
+		if user, password, ok := a.digest(); ok {
+			b.acl = zk.DigestACL(zk.PermAll, user, password)
+		}
+	}
 	if acl, ok := driver.BackendValue[[]zk.ACL](o, aclKey{}); ok {
 		b.acl = acl
 	}
+	b.allowOpen = driver.BackendValueOr(o, allowOpenACLKey{}, false)
+	_, open := openEntry(b.acl)
+	b.checkACL = !open && !b.allowOpen
 	if d, ok := driver.BackendValue[time.Duration](o, graceKey{}); ok {
 		b.grace, b.graceSet = d, true
 	}

@@ -1,0 +1,169 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
+)
+
+// Who may delete a lock: ZooKeeper checks a delete against the ACL of the
+// parent, not of the znode deleted. So a lock znode is only as safe as its
+// key directory, which must let no one else delete (or create) children,
+// nor change its ACL; and a key directory can be planted with an open ACL
+// by anyone allowed to create children in the base path. The base path is
+// checked at Dial, and each key directory at each acquire (its ACL is read
+// in the same round trip as the queue).
+
+// ErrOpenACL is the error of a Locker whose own ACL is not open (WithAuth,
+// or a restrictive WithACL) when the base path or a key directory lets
+// anyone create, delete or re-ACL its children: anyone who reaches the
+// server could then delete or jump its locks. WithAllowOpenACL accepts
+// such parents. It matches distlock.ErrInvalidOption.
+var ErrOpenACL = fmt.Errorf("%w: zookeeper: a parent znode is open to anyone", distlock.ErrInvalidOption)
+
+// openPerms are the permissions on a parent znode that let a client other
+// than the holder end or jump the holder's lock: DELETE (its lock znode),
+// CREATE (a lock znode of its own, named to sort first, or a key
+// directory with an open ACL) and ADMIN (an open ACL set in place).
+const openPerms = zk.PermCreate | zk.PermDelete | zk.PermAdmin
+
+// openEntry returns the entry of acl that grants anyone one of openPerms.
+func openEntry(acl []zk.ACL) (zk.ACL, bool) {
+	for _, a := range acl {
+		if a.Scheme == "world" && a.ID == "anyone" && a.Perms&openPerms != 0 {
+			return a, true
+		}
+	}
+	return zk.ACL{}, false
+}
+
+// permNames spells perms as ZooKeeper's CLI does (cdrwa).
+func permNames(perms int32) string {
+	var sb strings.Builder
+	for _, p := range []struct {
+		bit  int32
+		name byte
+	}{{zk.PermCreate, 'c'}, {zk.PermDelete, 'd'}, {zk.PermRead, 'r'}, {zk.PermWrite, 'w'}, {zk.PermAdmin, 'a'}} {
+		if perms&p.bit != 0 {
+			sb.WriteByte(p.name)
+		}
+	}
+	return sb.String()
+}
+
+// errOpenParent reports a parent whose ACL leaves its children to anyone.
+// It names only the world entry: the others may hold a password's digest.
+func errOpenParent(path, what string, open zk.ACL) error {
+	return fmt.Errorf("%w: the %s %s grants world:anyone %q: anyone who reaches the server could delete or jump the locks under it; give it a creator-only ACL (zkCli: addauth digest <user>:<password>, then setAcl %s auth::cdrwa), or accept it with allow_open_acl=true (WithAllowOpenACL)",
+		ErrOpenACL, what, path, permNames(open.Perms), path)
+}
+
+// checkBase runs at Dial with credentials: it creates the base path (and
+// its missing ancestors) with the Locker's ACL, or checks the ACL of the
+// one that exists. A wrong digest password shows here: the server never
+// refuses a digest, it makes another identity of it, which a creator-only
+// base path refuses (ErrAccessDenied).
+func (b *backend) checkBase(ctx context.Context, conn *zk.Conn) error {
+	if err := b.ensureBase(ctx, conn); err != nil {
+		return err
+	}
+	acl, err := call(b, ctx, func() ([]zk.ACL, error) {
+		acl, _, err := conn.GetACL(b.base)
+		return acl, err
+	})
+	if err != nil {
+		return b.classify(fmt.Errorf("zookeeper: read the ACL of the base path %s: %w", b.base, err))
+	}
+	if open, ok := openEntry(acl); ok && b.checkACL {
+		return errOpenParent(b.base, "base path", open)
+	}
+	return b.grantsUser(acl)
+}
+
+// grantsUser fails, as ErrAccessDenied, when acl is made of world and
+// digest entries only and none of them lets the digest user create key
+// directories: most likely a wrong password. ACLs of other schemes (ip,
+// x509, sasl) cannot be judged from here and are left to the server.
+func (b *backend) grantsUser(acl []zk.ACL) error {
+	user, password, ok := b.auth.digest()
+	if !ok || user == "super" {
+		return nil
+	}
+	me := zk.DigestACL(zk.PermAll, user, password)[0].ID
+	// A client without ADMIN on the znode reads each digest as "user:x":
+	// then the password cannot be checked here, and a wrong one shows at
+	// the first acquire (NOAUTH, ErrAccessDenied).
+	masked := user + ":x"
+	for _, a := range acl {
+		switch {
+		case a.Scheme == "world" && a.ID == "anyone", a.Scheme == "digest" && (a.ID == me || a.ID == masked):
+			if a.Perms&zk.PermCreate != 0 {
+				return nil
+			}
+		case a.Scheme != "digest" && a.Scheme != "world":
+			return nil
+		}
+	}
+	return driver.AccessDenied(b.addr, fmt.Errorf("zookeeper: the base path %s does not let digest user %q create key directories (a wrong password authenticates as another identity)", b.base, user))
+}
+
+// ensureBase creates the base path and its missing ancestors, persistent,
+// with the Locker's ACL. It looks before it creates: a create is checked
+// against the parent's ACL before the server finds the znode exists, so
+// creating an existing base under a parent the user may not write would be
+// refused.
+func (b *backend) ensureBase(ctx context.Context, conn *zk.Conn) error {
+	exists := func(p string) (bool, error) {
+		return call(b, ctx, func() (bool, error) {
+			ok, _, err := conn.Exists(p)
+			return ok, err
+		})
+	}
+	if ok, err := exists(b.base); err != nil || ok {
+		return err
+	}
+	p := ""
+	for _, seg := range strings.Split(b.base[1:], "/") {
+		p += "/" + seg
+		if ok, err := exists(p); err != nil {
+			return err
+		} else if ok {
+			continue
+		}
+		_, err := call(b, ctx, func() (string, error) { return conn.Create(p, nil, zk.FlagPersistent, b.acl) })
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return b.classify(fmt.Errorf("zookeeper: create base path %s: %w", p, err))
+		}
+	}
+	return nil
+}
+
+// checkDir checks the ACL of a key directory, read with the queue (look).
+func (b *backend) checkDir(dir string, acl []zk.ACL, err error) error {
+	if err != nil {
+		return fmt.Errorf("zookeeper: read the ACL of %s: %w", dir, err)
+	}
+	if open, ok := openEntry(acl); ok {
+		return errOpenParent(dir, "key directory", open)
+	}
+	return nil
+}
+
+// classify makes an error match the sentinel the portable layer acts on:
+// a connection that is down ErrUnavailable (a waiting Acquire tries
+// again), a refusal ErrAccessDenied (it does not).
+func (b *backend) classify(err error) error {
+	switch {
+	case errors.Is(err, zk.ErrNoAuth), errors.Is(err, zk.ErrAuthFailed):
+		return driver.AccessDenied(b.addr, err)
+	case errors.Is(err, zk.ErrNoServer), errors.Is(err, zk.ErrConnectionClosed), errors.Is(err, errSessionLost):
+		return driver.Unavailable(b.addr, err)
+	}
+	return err
+}
