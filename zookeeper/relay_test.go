@@ -16,11 +16,13 @@ import (
 // client under test. It lets a test sever a client's connection without
 // the client sending closeSession (a crash), swallow replies (a lost
 // reply), hold reconnections back, and learn each session's password from
-// the server's connect response (to expire the session on purpose).
+// the server's connect response (to expire the session on purpose). A raw
+// relay (newRawRelay) only copies bytes: through TLS it cannot read them.
 type relay struct {
 	ln     net.Listener
 	target string
 	book   *sessionBook
+	raw    bool
 
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
@@ -62,11 +64,23 @@ func (sb *sessionBook) get(id int64) (sessionInfo, bool) {
 
 func newRelay(t testing.TB, target string, book *sessionBook) *relay {
 	t.Helper()
+	return startRelay(t, &relay{target: target, book: book})
+}
+
+// newRawRelay is a relay that reads nothing of what it copies (a TLS
+// stream): it can cut, sever, hold and mute, but learns no password.
+func newRawRelay(t testing.TB, target string) *relay {
+	t.Helper()
+	return startRelay(t, &relay{target: target, raw: true})
+}
+
+func startRelay(t testing.TB, r *relay) *relay {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &relay{ln: ln, target: target, book: book, conns: make(map[net.Conn]struct{})}
+	r.ln, r.conns = ln, make(map[net.Conn]struct{})
 	r.wg.Add(1)
 	go r.accept()
 	t.Cleanup(r.close)
@@ -138,23 +152,7 @@ func (r *relay) serve(client net.Conn) {
 			}
 		}
 	}()
-	// The first frame from the server is the connect response.
-	var hdr [4]byte
-	if _, err := io.ReadFull(server, hdr[:]); err != nil {
-		return
-	}
-	body := make([]byte, binary.BigEndian.Uint32(hdr[:]))
-	if _, err := io.ReadFull(server, body); err != nil {
-		return
-	}
-	if len(body) >= 20 {
-		id := int64(binary.BigEndian.Uint64(body[8:16]))
-		n := int(binary.BigEndian.Uint32(body[16:20]))
-		if id != 0 && len(body) >= 20+n {
-			r.book.put(id, sessionInfo{passwd: append([]byte(nil), body[20:20+n]...), relay: r})
-		}
-	}
-	if _, err := client.Write(append(hdr[:], body...)); err != nil {
+	if !r.raw && !r.relayHello(client, server) {
 		return
 	}
 	buf := make([]byte, 32<<10)
@@ -174,6 +172,28 @@ func (r *relay) serve(client net.Conn) {
 			return
 		}
 	}
+}
+
+// relayHello copies the first frame from the server, the connect response,
+// and notes the session's password; false if the connection ended.
+func (r *relay) relayHello(client, server net.Conn) bool {
+	var hdr [4]byte
+	if _, err := io.ReadFull(server, hdr[:]); err != nil {
+		return false
+	}
+	body := make([]byte, binary.BigEndian.Uint32(hdr[:]))
+	if _, err := io.ReadFull(server, body); err != nil {
+		return false
+	}
+	if len(body) >= 20 {
+		id := int64(binary.BigEndian.Uint64(body[8:16]))
+		n := int(binary.BigEndian.Uint32(body[16:20]))
+		if id != 0 && len(body) >= 20+n {
+			r.book.put(id, sessionInfo{passwd: append([]byte(nil), body[20:20+n]...), relay: r})
+		}
+	}
+	_, err := client.Write(append(hdr[:], body...))
+	return err == nil
 }
 
 // forwardFrames copies the client's requests to the server whole, but for

@@ -109,25 +109,33 @@ func (h *zkHarness) crash(ctx context.Context, l distlock.Locker) error {
 	return nil
 }
 
-// holderSession returns the session that owns key's lock znode.
-func holderSession(admin *zk.Conn, base, key string) (int64, error) {
-	dir := base + "/" + escapeKey(key)
-	children, _, err := admin.Children(dir)
+// holderPath returns the path of the lowest lock znode in dir.
+func holderPath(c *zk.Conn, dir string) (string, error) {
+	children, _, err := c.Children(dir)
 	if err != nil {
-		return 0, fmt.Errorf("list %s: %w", dir, err)
+		return "", fmt.Errorf("list %s: %w", dir, err)
 	}
 	first, firstSeq := "", int64(math.MaxInt64)
-	for _, c := range children {
-		if _, seq, ok := parseName(c); ok && seq < firstSeq {
-			first, firstSeq = c, seq
+	for _, name := range children {
+		if _, seq, ok := parseName(name); ok && seq < firstSeq {
+			first, firstSeq = name, seq
 		}
 	}
 	if first == "" {
-		return 0, fmt.Errorf("key %q is not held", key)
+		return "", fmt.Errorf("%s holds no lock znode", dir)
 	}
-	ok, st, err := admin.Exists(dir + "/" + first)
+	return dir + "/" + first, nil
+}
+
+// holderSession returns the session that owns key's lock znode.
+func holderSession(admin *zk.Conn, base, key string) (int64, error) {
+	p, err := holderPath(admin, base+"/"+escapeKey(key))
+	if err != nil {
+		return 0, err
+	}
+	ok, st, err := admin.Exists(p)
 	if err != nil || !ok {
-		return 0, fmt.Errorf("stat %s: %v", first, err)
+		return 0, fmt.Errorf("stat %s: %v", p, err)
 	}
 	return st.EphemeralOwner, nil
 }
