@@ -9,6 +9,31 @@
 // New's raw driver.Backend, for wrapping (tests, middleware); a dialled raw
 // Backend comes from the URL opener, driver.Lookup("zk").
 //
+// # Security
+//
+// Without credentials the Locker's znodes are open to all (world:anyone,
+// cdrwa): any client that reaches the server can delete a lock znode, and
+// so end anyone's lock or take it over. With credentials every znode the
+// Locker creates (the base path and its missing ancestors, the key
+// directories, the lock znodes) carries the user's digest ACL alone. A
+// delete is checked against the parent's ACL, so Dial checks that the base
+// path, and each acquire that its key directory, lets no one else create,
+// delete or re-ACL children; such a parent is [ErrOpenACL] unless
+// allow_open_acl=true ([WithAllowOpenACL]). Lockers sharing a base path
+// must share its user: a key directory belongs to the user who made it.
+//
+//	zk://app:secret@zk1:2181,zk2:2181/distlock                 digest auth
+//	zk://app@zk1:2181/distlock?password_file=/run/secrets/zk   the password from a file
+//	zk://app:secret@zk1:2281/distlock?ca_file=/etc/zk/ca.pem&cert_file=/etc/zk/app.pem&key_file=/etc/zk/app-key.pem
+//
+// The last is TLS (mutual) to a secureClientPort; server_name, skip_verify
+// and tls=true are as in package driver, and distlock.WithTLSConfig sets
+// a *tls.Config. A wrong password, a user the base path does not admit, a
+// TLS handshake either side refuses, and the server's NOAUTH on a create
+// or delete are distlock.ErrAccessDenied, at once. The least rights are
+// cdr on the base path (create, read, delete key directories); the recipe
+// and what it guards against are in docs/security-zookeeper.md.
+//
 // # Algorithm
 //
 // A lock on key lives under base/<escaped key>/, a container znode that the
