@@ -1,7 +1,9 @@
 package testserver
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -37,6 +40,12 @@ func etcdSpec(cfg *config) (spec, error) {
 	return spec{
 		kind: "etcd", nports: 2, timeout: 15 * time.Second,
 		setup: func(ms []*Server) error {
+			sec := cfg.etcdSec
+			scheme, web := "http", (*http.Client)(nil)
+			if sec.ca != nil {
+				scheme, web = "https", sec.web()
+			}
+			var authDone atomic.Bool // per start attempt: a restart keeps the data dir, auth and all
 			token := fmt.Sprintf("testserver-%d", time.Now().UnixNano())
 			var initial []string
 			for i, s := range ms {
@@ -50,9 +59,9 @@ func etcdSpec(cfg *config) (spec, error) {
 				}
 			}
 			for i, s := range ms {
-				client := fmt.Sprintf("http://127.0.0.1:%d", s.port)
+				client := fmt.Sprintf("%s://127.0.0.1:%d", scheme, s.port)
 				peer := fmt.Sprintf("http://127.0.0.1:%d", s.ports[1])
-				s.bin, s.env = bin, env
+				s.bin, s.env, s.web = bin, env, web
 				// On a restart the data dir exists and etcd ignores the --initial-* flags.
 				s.args = []string{
 					"--name", fmt.Sprintf("m%d", i),
@@ -67,7 +76,21 @@ func etcdSpec(cfg *config) (spec, error) {
 					"--election-timeout", fmt.Sprint(cfg.etcdElection.Milliseconds()),
 					"--logger", "zap", "--log-outputs", "stderr", // zap is 3.5's default; 3.4's is the deprecated capnslog
 				}
-				s.ready = func(ctx context.Context) error { return etcdHealthy(ctx, s) }
+				s.args = append(s.args, sec.args()...)
+				first := i == 0
+				s.ready = func(ctx context.Context) error {
+					if err := etcdHealthy(ctx, s); err != nil {
+						return err
+					}
+					// Users are the cluster's: one member makes them, once.
+					if first && sec.auth && !authDone.Load() {
+						if err := etcdEnableAuth(ctx, s, sec); err != nil {
+							return err
+						}
+						authDone.Store(true)
+					}
+					return nil
+				}
 			}
 			return nil
 		},
@@ -105,21 +128,155 @@ func etcdIsLeader(s *Server) (bool, error) {
 }
 
 func etcdJSON(ctx context.Context, method string, s *Server, path string, v any) error {
+	return etcdCall(ctx, method, s, path, map[string]any{}, v)
+}
+
+// etcdCall sends in as JSON to path (a POST; a GET sends nothing) and
+// decodes the answer into out, if not nil.
+func etcdCall(ctx context.Context, method string, s *Server, path string, in, out any) error {
 	var body io.Reader
 	if method == http.MethodPost {
-		body = strings.NewReader("{}")
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+s.Addr()+path, body)
+	scheme, client := "http", httpClient
+	if s.web != nil {
+		scheme, client = "https", s.web
+	}
+	req, err := http.NewRequestWithContext(ctx, method, scheme+"://"+s.Addr()+path, body)
 	if err != nil {
 		return err
 	}
-	resp, err := httpClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", path, resp.Status)
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return fmt.Errorf("%s: %s: %s", path, resp.Status, bytes.TrimSpace(msg))
 	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// etcdSecurity is what WithEtcdTLS and WithEtcdAuth ask for.
+type etcdSecurity struct {
+	ca           *CA // nil: no TLS
+	server       KeyPair
+	auth         bool
+	rootPassword string
+	users        []EtcdUser
+}
+
+// WithEtcdTLS serves etcd's client port over TLS with the certificate
+// server (from ca.Server) and requires of every client a certificate that
+// ca issued (--client-cert-auth); with WithEtcdAuth, etcd then takes a
+// client certificate's CN as the user name when no password is given.
+// Peer traffic stays plain. The package's own health checks present
+// server, which ca.Server makes fit for a client too.
+func WithEtcdTLS(ca *CA, server KeyPair) Option {
+	return func(c *config) { c.etcdSec.ca, c.etcdSec.server = ca, server }
+}
+
+// EtcdUser is a user that WithEtcdAuth creates, with a role of the same
+// name granted read and write on each of Prefixes.
+type EtcdUser struct {
+	Name string
+	// Password is the user's; "" makes a user without one, who can only
+	// log in with a client certificate whose CN is Name (WithEtcdTLS).
+	Password string
+	// Prefixes are key prefixes: each grants the range of the keys that
+	// start with it, as `etcdctl role grant-permission --prefix` does.
+	Prefixes []string
+}
+
+// WithEtcdAuth turns etcd's authentication on once the cluster is up,
+// with a user root (role root) whose password is rootPassword ("": none,
+// root then logs in by a certificate with CN root only) and users. It
+// goes through the gRPC gateway, as etcdctl would through gRPC: user add,
+// role add, role grant-permission --prefix, user grant-role, auth enable.
+// Restarts keep them, in the data directory.
+func WithEtcdAuth(rootPassword string, users ...EtcdUser) Option {
+	return func(c *config) {
+		c.etcdSec.auth, c.etcdSec.rootPassword, c.etcdSec.users = true, rootPassword, users
+	}
+}
+
+// args are etcd's flags for sec.
+func (sec etcdSecurity) args() []string {
+	var a []string
+	if sec.ca != nil {
+		a = append(a, "--client-cert-auth", "--trusted-ca-file", sec.ca.File,
+			"--cert-file", sec.server.CertFile, "--key-file", sec.server.KeyFile)
+	}
+	if sec.auth {
+		a = append(a, "--bcrypt-cost", "4") // the least: each password login costs a hash
+	}
+	return a
+}
+
+// web is the HTTP client of the package's own checks on a TLS port.
+func (sec etcdSecurity) web() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DisableKeepAlives: true,
+		TLSClientConfig:   &tls.Config{RootCAs: sec.ca.Pool(), Certificates: []tls.Certificate{sec.server.TLS}},
+	}}
+}
+
+// etcdEnableAuth makes root and sec's users through member s, then turns
+// authentication on. What exists already (a try that failed half-way) is
+// left as it is.
+func etcdEnableAuth(ctx context.Context, s *Server, sec etcdSecurity) error {
+	type call struct {
+		path string
+		in   map[string]any
+	}
+	calls := []call{
+		{"/v3/auth/user/add", newEtcdUser("root", sec.rootPassword)},
+		{"/v3/auth/user/grant", map[string]any{"user": "root", "role": "root"}},
+	}
+	for _, u := range sec.users {
+		calls = append(calls,
+			call{"/v3/auth/user/add", newEtcdUser(u.Name, u.Password)},
+			call{"/v3/auth/role/add", map[string]any{"name": u.Name}})
+		for _, p := range u.Prefixes {
+			calls = append(calls, call{"/v3/auth/role/grant", map[string]any{"name": u.Name, "perm": map[string]any{
+				"permType": "READWRITE", "key": []byte(p), "range_end": []byte(prefixEnd(p))}}})
+		}
+		calls = append(calls, call{"/v3/auth/user/grant", map[string]any{"user": u.Name, "role": u.Name}})
+	}
+	calls = append(calls, call{"/v3/auth/enable", map[string]any{}})
+	for _, c := range calls {
+		if err := etcdCall(ctx, http.MethodPost, s, c.path, c.in, nil); err != nil && !strings.Contains(err.Error(), "already exists") {
+			return fmt.Errorf("testserver: etcd auth: %w", err)
+		}
+	}
+	return nil
+}
+
+func newEtcdUser(name, password string) map[string]any {
+	if password == "" {
+		return map[string]any{"name": name, "options": map[string]any{"no_password": true}}
+	}
+	return map[string]any{"name": name, "password": password}
+}
+
+// prefixEnd is the end of the range of the keys that start with p: p with
+// its last byte below 0xff incremented and what follows dropped (etcd's
+// clientv3.GetPrefixRangeEnd).
+func prefixEnd(p string) string {
+	b := []byte(p)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1])
+		}
+	}
+	return "\x00" // every key
 }

@@ -8,6 +8,7 @@ type config struct {
 	redisAppendFsync string // "" = no persistence at all
 	etcdHeartbeat    time.Duration
 	etcdElection     time.Duration
+	etcdSec          etcdSecurity // WithEtcdTLS, WithEtcdAuth
 	zkTick           time.Duration
 	zkMaxSession     time.Duration // 0: 60 s
 	zkReapInterval   time.Duration // 0: the server's default, 60 s

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -38,6 +39,7 @@ type Server struct {
 	cred    *syscall.Credential // non-nil: run as another OS user (postgres as root)
 	stopSig syscall.Signal      // graceful stop signal
 	ready   func(ctx context.Context) error
+	web     *http.Client // etcd over TLS: reaches its HTTP endpoints; nil: plain HTTP
 	dsn     string
 
 	mu       sync.Mutex
