@@ -2,9 +2,9 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/distlock/distlock"
@@ -16,6 +16,10 @@ import (
 
 func init() {
 	driver.Register("etcd", open)
+	// etcds:// is etcd:// with TLS on: etcdctl turns TLS on by an
+	// endpoint's https:// scheme, and one URL here has one scheme for
+	// every endpoint (as rediss:// is redis:// with TLS).
+	driver.Register("etcds", open)
 }
 
 // DefaultDialTimeout bounds how long Open waits for the cluster to answer
@@ -34,9 +38,55 @@ const (
 	keepAliveTimeout = 5 * time.Second
 )
 
-// open serves etcd://host:port[,host:port…]/?prefix=…&dial_timeout=…&loss_watch=…
-// The client it makes belongs to the Locker and is closed by its Close.
+// open serves etcd[s]://[user:password@]host:port[,host:port…]/?prefix=…&dial_timeout=…&loss_watch=…
+// and the TLS and credential parameters of package driver (tls, ca_file,
+// cert_file, key_file, server_name, skip_verify, password_file). The client
+// it makes belongs to the Locker and is closed by its Close.
 func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backend, error) {
+	dc, err := readURL(u, opts)
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < dc.dial {
+		// clientv3.New authenticates within DialTimeout, not ctx.
+		dc.dial = max(time.Until(d), time.Millisecond)
+	}
+	if dc.tls == nil {
+		err = driver.Reachable(ctx, dc.endpoints, dc.dial)
+	} else {
+		err = reachTLS(ctx, dc.endpoints, dc.tls, dc.dial)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(dc.clientConfig())
+	if err != nil {
+		// With a user, New authenticates: a wrong password fails here.
+		return nil, dc.failed(ctx, fmt.Errorf("etcd: logging in as %q: %w", dc.user, err))
+	}
+	b, err := newBackend(cli, true, dc.opts)
+	if err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	if err := b.probe(ctx, dc.dial); err != nil {
+		_ = b.Close()
+		return nil, dc.failed(ctx, err)
+	}
+	return b, nil
+}
+
+// dialConfig is what an etcd[s]:// URL, with Open's options, says to dial.
+type dialConfig struct {
+	endpoints      []string
+	opts           []distlock.Option // the URL's own, then the caller's
+	dial           time.Duration
+	tls            *tls.Config // nil: no TLS
+	user, password string
+}
+
+// readURL reads u, before anything is dialled.
+func readURL(u *url.URL, opts []distlock.Option) (dialConfig, error) {
 	q := driver.NewQuery(u)
 	var own []distlock.Option
 	if p, ok := q.String("prefix"); ok {
@@ -45,51 +95,58 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 	if v, ok := q.Bool("loss_watch"); ok {
 		own = append(own, WithLossWatch(v))
 	}
-	dial := q.Timeout("dial_timeout", DefaultDialTimeout)
+	dc := dialConfig{opts: append(own, opts...), dial: q.Timeout("dial_timeout", DefaultDialTimeout)}
+	s, err := driver.ResolveBackend("etcd", dc.opts)
+	if err != nil {
+		return dc, err
+	}
+	tp := driver.ReadTLS(q, u.Scheme == "etcds", s.TLS)
+	if dc.user, dc.password, err = driver.Credentials(q, u); err != nil {
+		return dc, err
+	}
 	if err := q.Done(); err != nil {
-		return nil, err
+		return dc, err
 	}
 	if u.Path != "" && u.Path != "/" {
-		return nil, fmt.Errorf("%w: etcd: URL path %q is not used; set the key prefix with ?prefix=", distlock.ErrInvalidURL, u.Path)
+		return dc, fmt.Errorf("%w: etcd: URL path %q is not used; set the key prefix with ?prefix=", distlock.ErrInvalidURL, u.Path)
 	}
-	endpoints, err := driver.Hosts(u, "2379")
-	if err != nil {
-		return nil, err
+	if (dc.user == "") != (dc.password == "") {
+		// The etcd client would silently send neither.
+		return dc, fmt.Errorf("%w: etcd: a user needs a password (user:password@ or password_file=) and a password a user; "+
+			"with a client certificate and no user, etcd takes the certificate's CN as the user", distlock.ErrInvalidURL)
 	}
-	opts = append(own, opts...)
-	if _, err := driver.ResolveBackend("etcd", opts); err != nil {
-		return nil, err // before dialling
+	if dc.endpoints, err = driver.Hosts(u, "2379"); err != nil {
+		return dc, err
 	}
-	if err := driver.Reachable(ctx, endpoints, dial); err != nil {
-		return nil, err
-	}
-	cfg := clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop(),
+	// No server name unless one is given: the client verifies each
+	// endpoint's certificate for that endpoint's host.
+	dc.tls, err = tp.Config("")
+	return dc, err
+}
+
+// clientConfig is the configuration of the etcd client Open makes.
+func (dc dialConfig) clientConfig() clientv3.Config {
+	cfg := clientv3.Config{Endpoints: dc.endpoints, Logger: zap.NewNop(), TLS: dc.tls,
+		Username: dc.user, Password: dc.password,
 		DialKeepAliveTime: keepAliveTime, DialKeepAliveTimeout: keepAliveTimeout}
 	if mutation.On("etcd-no-keepalive") { // mutation: etcd-no-keepalive
 		cfg.DialKeepAliveTime, cfg.DialKeepAliveTimeout = 0, 0
 	}
-	if u.User != nil {
-		cfg.Username = u.User.Username()
-		cfg.Password, _ = u.User.Password()
-		cfg.DialTimeout = dial // bounds the authentication New does
+	if dc.user != "" {
+		cfg.DialTimeout = dc.dial // bounds the authentication New does
 	}
-	cli, err := clientv3.New(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("etcd: connecting to %v: %w", endpoints, err)
+	return cfg
+}
+
+// probe asks the cluster something within timeout, so that a down cluster,
+// or a role that may not use the prefix, fails Open: the client dials
+// lazily. It reads the Locker's own range, prefix/…, the one range a role
+// needs (a linearizable count: it needs a quorum).
+func (b *backend) probe(ctx context.Context, timeout time.Duration) error {
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := b.cli.Get(pctx, b.prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+		return fmt.Errorf("etcd: reading %s/…: %w", b.prefix, err)
 	}
-	b, err := newBackend(cli, true, opts)
-	if err != nil {
-		_ = cli.Close()
-		return nil, err
-	}
-	// The client dials lazily: ask the cluster something (a linearizable
-	// read needs a quorum) so a down cluster fails Open, within its deadline.
-	pctx, cancel := context.WithTimeout(ctx, dial)
-	_, err = cli.Get(pctx, b.prefix, clientv3.WithCountOnly())
-	cancel()
-	if err != nil {
-		_ = b.Close()
-		return nil, driver.Unavailable(strings.Join(endpoints, ","), err)
-	}
-	return b, nil
+	return nil
 }
