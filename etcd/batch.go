@@ -27,7 +27,13 @@ var _ driver.BatchRefresher = (*backend)(nil)
 // pipelined on one lease stream, then one transaction per 64 locks that
 // checks each key is still ours (and, only if one is not, reads them to
 // tell which). A lock whose TTL changes moves to another lease, by Refresh.
-func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) error {
+func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) (err error) {
+	defer func() {
+		b.denied(&err)
+		for i := range batch {
+			b.denied(&batch[i].Err)
+		}
+	}()
 	start := time.Now()
 	type item struct {
 		r *driver.Refresh

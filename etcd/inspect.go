@@ -40,7 +40,8 @@ var errLeaseVanished = errors.New("etcd: the holder's lease is gone but its key 
 // counts the queue, then the remaining TTL of that key's lease. Both reads
 // are linearizable. If the lease is gone by the second read, the holder has
 // just left and the queue is read again.
-func (b *backend) Inspect(ctx context.Context, key string) (driver.Holder, error) {
+func (b *backend) Inspect(ctx context.Context, key string) (_ driver.Holder, err error) {
+	defer b.denied(&err)
 	q := b.queue(key)
 	for try := 1; ; try++ {
 		resp, err := b.cli.Get(ctx, q, clientv3.WithFirstCreate()...)
@@ -84,7 +85,8 @@ func (b *backend) Inspect(ctx context.Context, key string) (driver.Holder, error
 // Watch watches key's queue, from the revision the server is at when it
 // makes the watch: Watch returns once the server has confirmed it, so every
 // change after Watch returns is heard.
-func (b *backend) Watch(ctx context.Context, key string) (driver.Subscription, error) {
+func (b *backend) Watch(ctx context.Context, key string) (_ driver.Subscription, err error) {
+	defer b.denied(&err)
 	// WithRequireLeader: a member cut off from the leader ends the watch
 	// (an error from Wait) instead of leaving it silent.
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
@@ -96,7 +98,7 @@ func (b *backend) Watch(ctx context.Context, key string) (driver.Subscription, e
 	s.wch = b.cli.Watch(wctx, b.queue(key), clientv3.WithPrefix(), clientv3.WithCreatedNotify())
 	wr, ok := <-s.wch // the creation's confirmation, or why there is none
 	timedOut := !timer.Stop()
-	err := s.broken(wr, ok)
+	err = s.broken(wr, ok)
 	switch {
 	case ctx.Err() != nil:
 		err = ctx.Err()

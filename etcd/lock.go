@@ -99,7 +99,8 @@ func (b *backend) grant(req driver.Request, h *handle, rev int64, l *lease, star
 
 // TryLock creates the key only if nothing is queued for it: one round trip on
 // a recycled lease.
-func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
+func (b *backend) TryLock(ctx context.Context, req driver.Request) (_ driver.Grant, err error) {
+	defer b.denied(&err)
 	l, err := b.takeLease(ctx, req.TTL)
 	if err != nil {
 		return driver.Grant{}, err
@@ -140,7 +141,8 @@ func handleOf(g driver.Grant) (*handle, error) {
 // checks the key is still ours. A new TTL moves the key to a lease of that
 // TTL; the key keeps its CreateRevision, so the token does not change, and
 // its value (the holder's WithValue, which the move leaves as it is).
-func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
+func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration) (_ time.Duration, err error) {
+	defer b.denied(&err)
 	h, err := handleOf(g)
 	if err != nil {
 		return 0, err
@@ -200,7 +202,8 @@ func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration
 
 // Unlock deletes the key only if it still has its CreateRevision, so a
 // retried release cannot delete anyone else's key; the lease is recycled.
-func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
+func (b *backend) Unlock(ctx context.Context, g driver.Grant) (err error) {
+	defer b.denied(&err)
 	if g.Handle == nil && g.Owner != "" {
 		return b.unlockAttempt(ctx, g)
 	}

@@ -37,7 +37,8 @@ const rereadEvery = 5 * time.Second
 var syncChecks = []time.Duration{5 * time.Millisecond, 25 * time.Millisecond, 60 * time.Millisecond}
 
 // Lock joins key's queue and waits for its predecessor to go.
-func (b *backend) Lock(ctx context.Context, req driver.Request) (driver.Grant, error) {
+func (b *backend) Lock(ctx context.Context, req driver.Request) (_ driver.Grant, err error) {
+	defer b.denied(&err)
 	l, err := b.takeLease(ctx, req.TTL)
 	if err != nil {
 		return driver.Grant{}, err
