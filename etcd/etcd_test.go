@@ -95,20 +95,30 @@ func (p pollingBackend) Inspect(ctx context.Context, key string) (driver.Holder,
 // harness runs the suite on endpoints; blocking chooses the native queue
 // (Lock) or the portable layer's polling (TryLock only).
 func harness(t *testing.T, endpoints []string, blocking bool) conformance.Harness {
-	admin := newClient(t, endpoints)
+	return harnessOn(newClient(t, endpoints), func(context.Context) (*backend, error) {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop()})
+		if err != nil {
+			return nil, err
+		}
+		b, err := newBackend(cli, true, nil)
+		if err != nil {
+			_ = cli.Close()
+		}
+		return b, err
+	}, blocking)
+}
+
+// harnessOn runs the suite on the backends that open makes (each owning
+// its client), with admin to force expiries.
+func harnessOn(admin *clientv3.Client, open func(context.Context) (*backend, error), blocking bool) conformance.Harness {
 	var (
 		mu      sync.Mutex
 		crashes = map[distlock.Locker]func(){}
 	)
 	return conformance.Harness{
 		NewLocker: func(ctx context.Context) (distlock.Locker, error) {
-			cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop()})
+			b, err := open(ctx)
 			if err != nil {
-				return nil, err
-			}
-			b, err := newBackend(cli, true, nil)
-			if err != nil {
-				_ = cli.Close()
 				return nil, err
 			}
 			c := &crashBackend{Crashable: conformance.NewCrashable(b), b: b}

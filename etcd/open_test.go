@@ -71,6 +71,20 @@ func TestOpen(t *testing.T) {
 	if n := l3.Guarantees().FailuresTolerated; n != 1 {
 		t.Fatalf("three endpoints: FailuresTolerated = %d, want 1", n)
 	}
+
+	// TLS to a plain port: Unavailable at once, saying why.
+	start := time.Now()
+	l4, err := distlock.Open(ctx, "etcds://"+e.addr+"/?skip_verify=true&dial_timeout=3s")
+	if err == nil {
+		l4.Close()
+		t.Fatal("etcds:// to a plain port: Open succeeded")
+	}
+	if !errors.Is(err, distlock.ErrUnavailable) || !strings.Contains(err.Error(), "does not speak TLS") {
+		t.Fatalf("etcds:// to a plain port: want ErrUnavailable saying it does not speak TLS, got %v", err)
+	}
+	if d := time.Since(start); d > 1500*time.Millisecond {
+		t.Fatalf("etcds:// to a plain port: Open took %v", d)
+	}
 }
 
 func TestOpenErrors(t *testing.T) {
@@ -83,6 +97,13 @@ func TestOpenErrors(t *testing.T) {
 		{"etcd://127.0.0.1:2379/?dial_timeout=-1s", "dial_timeout"},
 		{"etcd://127.0.0.1:2379/?loss_watch=maybe", "loss_watch"},
 		{"etcd://127.0.0.1:2379/?ttl=0s", "TTL"},
+		{"etcds://127.0.0.1:2379/?cert_file=/c.pem", "cert_file and key_file"},
+		{"etcds://127.0.0.1:2379/?ca_file=/nonexistent/ca.pem", "ca_file"},
+		{"etcds://127.0.0.1:2379/?tls=maybe", "tls"},
+		{"etcd://app@127.0.0.1:2379/", "needs a password"},
+		{"etcd://:s3cret@127.0.0.1:2379/", "needs a password"},
+		{"etcd://app:s3cret@127.0.0.1:2379/?password_file=/p", "password_file"},
+		{"etcd://app@127.0.0.1:2379/?password_file=/nonexistent/p", "password_file"},
 	} {
 		l, err := distlock.Open(ctx, tc.url)
 		if err == nil {
@@ -92,6 +113,9 @@ func TestOpenErrors(t *testing.T) {
 		}
 		if !errors.Is(err, distlock.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Open(%q) = %v; want ErrInvalid mentioning %q", tc.url, err, tc.want)
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Open(%q) = %v: shows the password", tc.url, err)
 		}
 	}
 }
