@@ -1,6 +1,36 @@
 // Package etcd is the distlock backend on etcd v3: a revision-ordered queue
 // of lease-bound keys, the same recipe as etcd's own concurrency.Mutex, with
-// a faster hand-off. It serves "etcd://host:port,host:port/" URLs.
+// a faster hand-off. It serves "etcd://host:port,host:port/" URLs, and
+// "etcds://…" for TLS.
+//
+// # URLs, TLS and a least-privilege role
+//
+// The TLS parameters are etcdctl's flags as file paths (--cacert, --cert,
+// --key): TLS is on with etcds:// (etcdctl's https:// endpoints), tls=true
+// or any of them.
+//
+//	etcd://10.0.0.1:2379,10.0.0.2:2379/?prefix=app         plain
+//	etcds://etcd.internal:2379/?ca_file=/ca.pem&cert_file=/app.pem&key_file=/app-key.pem
+//	etcds://app@etcd.internal:2379/?ca_file=/ca.pem&password_file=/run/secrets/etcd
+//
+// server_name overrides the host a server certificate is verified for;
+// distlock.WithTLSConfig gives a *tls.Config instead. With a client
+// certificate and no user, etcd takes the certificate's CN as the user
+// (--client-cert-auth). A Locker needs read and write on the range
+// prefix/ and nothing else (Open reads only that range); the role for
+// prefix=app:
+//
+//	etcdctl role add app-locks
+//	etcdctl role grant-permission app-locks --prefix=true readwrite app/
+//	etcdctl user add app --no-password     # logs in by a certificate with CN app
+//	etcdctl user grant-role app app-locks
+//
+// Grant "app/", with the slash: a grant of "app" covers app-billing/ too.
+// Every holder of the role can delete any lock under the prefix; give each
+// application a prefix and a role of its own. A refused certificate,
+// password or permission is distlock.ErrAccessDenied, from Open (which
+// checks the TLS handshake itself, within dial_timeout, and names its
+// cause) and from every call. See docs/security-etcd.md.
 //
 // # How a lock works
 //
