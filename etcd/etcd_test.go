@@ -168,6 +168,7 @@ func revokeOwner(ctx context.Context, admin *clientv3.Client, prefix, key string
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel() // with TestSecured's run of the suite
 	s := testserver.Etcd(t)
 	conformance.Run(t, harness(t, []string{s.Addr()}, true))
 }

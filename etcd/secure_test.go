@@ -83,8 +83,11 @@ func (s *secured) url(userinfo string, ca *testserver.CA, cn string, more ...str
 }
 
 // One secured server serves every rule below (a server start costs more
-// than most of them). Revocation goes last: it changes a role.
+// than most of them). Revocation goes last: it changes a role. Parallel
+// with the plain TestConformance: both mostly wait out TTLs, and together
+// they take about as long as one.
 func TestSecured(t *testing.T) {
+	t.Parallel()
 	s := newSecured(t)
 	t.Run("ConformanceByURLOverMutualTLSWithLeastPrivilege", s.conformanceByURL)
 	t.Run("RoleOnThePrefixRangeSuffices", s.roleOnThePrefixRangeSuffices)
