@@ -67,8 +67,9 @@ func (l *locker) abandon(req driver.Request, o *driver.Settings) {
 		g := driver.Grant{Key: req.Key, Owner: req.Owner, TTL: req.TTL}
 		// No cap on the pause: while the server is out of reach every
 		// attempt is abandoned, and up to maxAbandoning give-backs that kept
-		// asking would hold the client's connections after the heal.
-		_ = l.unlockRetrying(ctx, g, func(err error) bool { return err == nil }, 0)
+		// asking would hold the client's connections after the heal. A
+		// refusal will not change by asking again.
+		_ = l.unlockRetrying(ctx, g, func(err error) bool { return err == nil || errors.Is(err, ErrAccessDenied) }, 0)
 	})
 }
 
@@ -172,8 +173,8 @@ func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settin
 		}
 		start := now()
 		g, err := l.b.TryLock(ctx, *req)
-		if err != nil && !errors.Is(err, ErrNotAcquired) {
-			l.abandon(*req, o)
+		if err != nil && !errors.Is(err, ErrNotAcquired) && !errors.Is(err, ErrAccessDenied) {
+			l.abandon(*req, o) // a refused attempt took nothing
 		}
 		if err != nil && ctx.Err() != nil && unreachable != nil {
 			return driver.Grant{}, time.Time{}, unreachable
@@ -209,7 +210,8 @@ func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settin
 				continue
 			case ctx.Err() != nil:
 				return driver.Grant{}, time.Time{}, err
-			default:
+			case !errors.Is(err, ErrUnsupported):
+				// ErrUnsupported: the backend chose polling and says why itself.
 				l.log(slog.LevelWarn, "subscribe failed; polling instead", req.Key, err)
 			}
 		}
@@ -228,7 +230,9 @@ func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settin
 				return driver.Grant{}, time.Time{}, ctx.Err()
 			}
 			if werr != nil && !errors.Is(werr, context.DeadlineExceeded) {
-				l.log(slog.LevelWarn, "subscription failed; polling instead", req.Key, werr)
+				if !errors.Is(werr, ErrUnsupported) {
+					l.log(slog.LevelWarn, "subscription failed; polling instead", req.Key, werr)
+				}
 				_ = sub.Close()
 				sub = nil
 			}

@@ -9,7 +9,7 @@ import (
 // NewNotifierHealth is NewNotifier with its health-check timing, so tests
 // can show a silent connection is dropped without waiting for the defaults.
 func NewNotifierHealth(client goredis.UniversalClient, prefix string, every, pongWait time.Duration) *Notifier {
-	return newNotifier(client, prefix, every, pongWait)
+	return newNotifier(client, prefix, nil, every, pongWait)
 }
 
 // ExtendScriptHashes are the SHA1s of the repairing extend and its fast

@@ -36,11 +36,19 @@ import (
 // half-open connection still accepts writes, so only a missing reply shows
 // it is dead.
 //
+// Notices are best effort. A server that refuses the SUBSCRIBE (an ACL
+// without the channels, or without SUBSCRIBE or PING) makes the waiters
+// poll: Subscribe and Wait then fail with an error matching
+// driver.ErrUnsupported, and the Notifier asks again after deniedRetry.
+// The first refusal is reported to the onDenied function given to
+// NewNotifier, once.
+//
 // A Notifier is the release-notice half of driver.Backend: the redis
 // backend makes one, the redlock backend one per node.
 type Notifier struct {
-	client goredis.UniversalClient
-	prefix string
+	client   goredis.UniversalClient
+	prefix   string
+	onDenied func(error) // told of the first refusal; may be nil
 
 	// healthEvery is how long the reader waits on a silent connection
 	// before it PINGs; pongWait is how long it then waits for any reply
@@ -59,7 +67,14 @@ type Notifier struct {
 	kick     chan struct{}   // wakes the writer; holds at most one token
 	seq      uint64
 	closed   bool
+	denied   error     // the server's refusal of notices; nil while they work (or deniedRetry after)
+	deniedAt time.Time // when denied was last seen
+	told     bool      // onDenied was called
 }
+
+// deniedRetry is how long a Notifier whose SUBSCRIBE the server refused
+// lets waiters poll before it asks again (a permission may be granted).
+const deniedRetry = time.Minute
 
 // channel is one subscribed (or to-be-subscribed) release channel.
 type channel struct {
@@ -96,15 +111,16 @@ const (
 )
 
 // NewNotifier returns a Notifier for locks under prefix on client. It does
-// not connect until the first Wait.
-func NewNotifier(client goredis.UniversalClient, prefix string) *Notifier {
-	return newNotifier(client, prefix, defaultHealthEvery, defaultPongWait)
+// not connect until the first Wait. onDenied, if not nil, is called once,
+// with the server's answer, the first time the server refuses notices.
+func NewNotifier(client goredis.UniversalClient, prefix string, onDenied func(error)) *Notifier {
+	return newNotifier(client, prefix, onDenied, defaultHealthEvery, defaultPongWait)
 }
 
-func newNotifier(client goredis.UniversalClient, prefix string, healthEvery, pongWait time.Duration) *Notifier {
+func newNotifier(client goredis.UniversalClient, prefix string, onDenied func(error), healthEvery, pongWait time.Duration) *Notifier {
 	life, stop := context.WithCancel(context.Background())
 	return &Notifier{
-		client: client, prefix: prefix, healthEvery: healthEvery, pongWait: pongWait,
+		client: client, prefix: prefix, onDenied: onDenied, healthEvery: healthEvery, pongWait: pongWait,
 		life: life, stop: stop,
 		chans: map[string]*channel{}, barriers: map[string][]op{},
 		kick: make(chan struct{}, 1),
@@ -130,6 +146,9 @@ func (n *Notifier) SubscribeWaiter(ctx context.Context, key, waiter string) (dri
 	defer n.mu.Unlock()
 	if n.closed {
 		return nil, fmt.Errorf("redis notifier: %w", distlock.ErrClosed)
+	}
+	if err := n.deniedLocked(); err != nil {
+		return nil, err
 	}
 	ch := n.chans[name]
 	if ch == nil {
@@ -274,6 +293,16 @@ func (n *Notifier) read(ps *goredis.PubSub) {
 		if n.life.Err() != nil {
 			return
 		}
+		if err != nil && Denied(err) {
+			// An answer, on a live connection: the server refuses this
+			// client its notices (or its login).
+			pinged = false
+			n.deny(err)
+			if !n.pause(&pause) {
+				return
+			}
+			continue
+		}
 		if err != nil {
 			var ne net.Error
 			if !pinged && errors.As(err, &ne) && ne.Timeout() {
@@ -284,13 +313,9 @@ func (n *Notifier) read(ps *goredis.PubSub) {
 			}
 			pinged = false
 			n.connectionLost()
-			// Back off so a down server does not make this loop spin.
-			select {
-			case <-n.life.Done():
+			if !n.pause(&pause) {
 				return
-			case <-time.After(pause):
 			}
-			pause = min(2*pause, time.Second)
 			continue
 		}
 		pinged = false
@@ -302,6 +327,57 @@ func (n *Notifier) read(ps *goredis.PubSub) {
 			n.confirm(m.Payload)
 		}
 	}
+}
+
+// pause backs the reader off after an error, so that a down server does
+// not make it spin, doubling *d up to a second; false once the Notifier is
+// closed.
+func (n *Notifier) pause(d *time.Duration) bool {
+	select {
+	case <-n.life.Done():
+		return false
+	case <-time.After(*d):
+	}
+	*d = min(2**d, time.Second)
+	return true
+}
+
+// deny records the server's refusal of notices: the channels not active
+// yet give up, so their waiters poll, and onDenied hears of it the first
+// time. Active channels keep their notices.
+func (n *Notifier) deny(err error) {
+	n.mu.Lock()
+	n.denied, n.deniedAt = err, time.Now()
+	tell := !n.told
+	n.told = true
+	quiet := n.deniedLocked()
+	clear(n.barriers) // a PONG after the refused SUBSCRIBE confirms nothing
+	for _, ch := range n.chans {
+		if ch.active {
+			continue
+		}
+		ch.subscribed = false
+		ch.attempt.err = quiet
+		close(ch.attempt.done)
+		ch.attempt = newAttempt()
+	}
+	n.mu.Unlock()
+	if tell && n.onDenied != nil {
+		n.onDenied(err)
+	}
+}
+
+// deniedLocked is the error of Subscribe and Wait while the server refuses
+// notices (until deniedRetry after its last refusal), nil otherwise.
+func (n *Notifier) deniedLocked() error {
+	if n.denied == nil {
+		return nil
+	}
+	if time.Since(n.deniedAt) >= deniedRetry {
+		n.denied = nil
+		return nil
+	}
+	return fmt.Errorf("%w: redis notifier: release notices refused, polling instead: %w", driver.ErrUnsupported, n.denied)
 }
 
 // notify wakes the subscriptions of channel name that a notice addressed
@@ -384,6 +460,10 @@ func (s *subscription) Wait(ctx context.Context) error {
 		return fmt.Errorf("redis notifier: %w", distlock.ErrClosed)
 	}
 	if !s.ready {
+		if err := n.deniedLocked(); err != nil {
+			n.mu.Unlock()
+			return err
+		}
 		ch := s.ch
 		if !ch.subscribed {
 			n.enqueueLocked(op{ch: ch, a: ch.attempt})

@@ -29,7 +29,7 @@ func TestNotifier(t *testing.T) {
 	c := newClient(t, srv.Addr())
 	ctx := t.Context()
 	before := readerGoroutines()
-	n := redisnode.NewNotifier(c, "n:")
+	n := redisnode.NewNotifier(c, "n:", nil)
 	channel := redisnode.KeysFor("n:", "k").Channel
 	wait := func(s driver.Subscription, d time.Duration) error {
 		wctx, cancel := context.WithTimeout(ctx, d)
@@ -143,7 +143,7 @@ func TestNotifierSlowServerDoesNotStall(t *testing.T) {
 	const readTimeout = 6 * time.Second
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, ReadTimeout: readTimeout})
 	t.Cleanup(func() { _ = c.Close() })
-	n := redisnode.NewNotifier(c, "stall:")
+	n := redisnode.NewNotifier(c, "stall:", nil)
 	t.Cleanup(func() { _ = n.Close() })
 	ctx := t.Context()
 

@@ -179,6 +179,6 @@ if ARGV[5] and ARGV[5] ~= '' then
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
 end
 if announce then
-  redis.call('PUBLISH', ARGV[8], '=')
+  redis.pcall('PUBLISH', ARGV[8], '=') -- best effort, as in release.lua
 end
 return token

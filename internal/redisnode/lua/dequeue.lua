@@ -10,7 +10,7 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 if head == ARGV[1] and redis.call('EXISTS', KEYS[1]) == 0 then
   local next = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
   if next then
-    redis.call('PUBLISH', ARGV[2], next)
+    redis.pcall('PUBLISH', ARGV[2], next) -- best effort, as in release.lua
   end
 end
 return n

@@ -53,5 +53,7 @@ if ARGV[4] then
     to = head
   end
 end
-redis.call('PUBLISH', ARGV[2], to)
+-- A notice is best effort: a PUBLISH the client may not send (an ACL
+-- without the channel) must not fail the release done above.
+redis.pcall('PUBLISH', ARGV[2], to)
 return 1
