@@ -6,6 +6,7 @@ import "time"
 type config struct {
 	startTimeout     time.Duration
 	redisAppendFsync string // "" = no persistence at all
+	redisSec         redisSecurity
 	etcdHeartbeat    time.Duration
 	etcdElection     time.Duration
 	etcdSec          etcdSecurity // WithEtcdTLS, WithEtcdAuth

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Shard returns the master that serves key's hash slot and its replica, as
@@ -51,30 +53,35 @@ func (c *RedisCluster) CutOff(ctx context.Context, replica *Server) error {
 	if err != nil {
 		return err
 	}
-	a := c.admin[r]
-	if err := a.ConfigSet(ctx, "masteruser", "testserver-cut-off").Err(); err != nil {
+	return cutOff(ctx, c.admin[r], c.admin[m], replica, c.Nodes[m])
+}
+
+// cutOff stops replica (ra its admin client) from replicating master (ma
+// its admin client): see RedisCluster.CutOff.
+func cutOff(ctx context.Context, ra, ma *redis.Client, replica, master *Server) error {
+	if err := ra.ConfigSet(ctx, "masteruser", "testserver-cut-off").Err(); err != nil {
 		return fmt.Errorf("testserver: cut off %s: %w", replica.Addr(), err)
 	}
-	if err := a.ConfigSet(ctx, "masterauth", "none").Err(); err != nil {
+	if err := ra.ConfigSet(ctx, "masterauth", "none").Err(); err != nil {
 		return fmt.Errorf("testserver: cut off %s: %w", replica.Addr(), err)
 	}
-	if err := a.Do(ctx, "CLIENT", "KILL", "TYPE", "master").Err(); err != nil {
+	if err := ra.Do(ctx, "CLIENT", "KILL", "TYPE", "master").Err(); err != nil {
 		return fmt.Errorf("testserver: cut off %s: %w", replica.Addr(), err)
 	}
-	err = poll(ctx, func(ctx context.Context) error {
-		info, err := c.admin[r].Info(ctx, "replication").Result()
+	err := poll(ctx, func(ctx context.Context) error {
+		info, err := ra.Info(ctx, "replication").Result()
 		if err != nil {
 			return err
 		}
 		if infoField(info, "master_link_status") != "down" {
 			return fmt.Errorf("%s: replication link still up", replica.Addr())
 		}
-		info, err = c.admin[m].Info(ctx, "replication").Result()
+		info, err = ma.Info(ctx, "replication").Result()
 		if err != nil {
 			return err
 		}
 		if strings.Contains(info, fmt.Sprintf(",port=%d,", replica.port)) {
-			return fmt.Errorf("master %s still has a connection to %s", c.Nodes[m].Addr(), replica.Addr())
+			return fmt.Errorf("master %s still has a connection to %s", master.Addr(), replica.Addr())
 		}
 		return nil
 	})
