@@ -19,6 +19,7 @@ import (
 type backend struct {
 	driver.NoQueue
 	client      goredis.UniversalClient
+	addr        string // names the server in errors (never a secret)
 	prefix      string
 	wait        waitSetting
 	fair        time.Duration // the hand-off window of WithFairQueue; 0: no queue
@@ -129,7 +130,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 		r, err = b.acquireOn(ctx, b.client, k, req)
 	}
 	if err != nil {
-		return driver.Grant{}, err
+		return driver.Grant{}, b.classify(err)
 	}
 	if !r.Acquired {
 		return driver.Grant{}, &distlock.HeldError{Key: req.Key, RetryAfter: max(r.HolderTTL, 0)}
@@ -153,8 +154,11 @@ func (b *backend) Dequeue(ctx context.Context, key, waiter string) error {
 		return nil
 	}
 	_, err := redisnode.DequeueOn(ctx, b.client, redisnode.KeysFor(b.prefix, key), waiter)
-	return err
+	return b.classify(err)
 }
+
+// classify makes a refusal of the server match distlock.ErrAccessDenied.
+func (b *backend) classify(err error) error { return redisnode.Classify(b.addr, err) }
 
 func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	k := redisnode.KeysFor(b.prefix, g.Key)
@@ -176,7 +180,7 @@ func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration
 	}
 	switch {
 	case err != nil:
-		return 0, err
+		return 0, b.classify(err)
 	case !ok:
 		return 0, distlock.ErrNotHeld
 	}
@@ -204,7 +208,7 @@ func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) erro
 	for i := range batch {
 		switch {
 		case errs[i] != nil:
-			batch[i].Err = errs[i]
+			batch[i].Err = b.classify(errs[i])
 		case !ok[i]:
 			batch[i].Err = distlock.ErrNotHeld
 		default:
@@ -240,7 +244,7 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	}
 	switch {
 	case err != nil:
-		return err
+		return b.classify(err)
 	case !ok && g.Handle == nil:
 		// A give-back that found nothing: the tombstone now refuses the
 		// attempt if it lands later, so there is nothing to ask again.

@@ -129,6 +129,13 @@ func TestFailoverToLaggingReplica(t *testing.T) {
 		t.Errorf("token went backwards across the failover: B's %d is not above A's %d", fb.Token, fa.Token)
 	}
 
+	checkFence(ctx, t, pg, fa, fb)
+}
+
+// checkFence shows that the fence lets B (token fb) write and refuses A
+// (fa, the deposed holder), whichever writes first.
+func checkFence(ctx context.Context, t *testing.T, pg *testserver.Server, fa, fb distlock.Fence) {
+	t.Helper()
 	pool, err := pgxpool.New(ctx, pg.DSN())
 	if err != nil {
 		t.Fatal(err)

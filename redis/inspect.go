@@ -34,7 +34,7 @@ func (b *backend) Inspect(ctx context.Context, key string) (driver.Holder, error
 	}
 	nl, err := inspect(ctx, b.client, redisnode.KeysFor(b.prefix, key))
 	if err != nil {
-		return driver.Holder{}, err
+		return driver.Holder{}, b.classify(err)
 	}
 	if b.fair > 0 {
 		waiters = nl.Waiters

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -23,11 +24,17 @@ import (
 //	eviction=warn|refuse|ignore   WithEvictionCheck
 //	fair=true             WithFairQueue (with fair_window, default 250ms)
 //	fair_window=100ms
+//	master_name=mymaster  Sentinel: the host (and addr=host:port, repeated)
+//	                      are Sentinels (go-redis's ParseFailoverURL)
 //
-// and every go-redis ParseURL parameter (db in the path, dial_timeout, …);
+// the TLS and credential parameters of package driver (tls, ca_file,
+// cert_file, key_file, server_name, skip_verify, password_file), and every
+// other go-redis ParseURL parameter (db in the path, dial_timeout, …);
 // anything else is an error. A URL without a host is ErrInvalidURL. The
 // server must answer a PING within the dial timeout (default 5s, and never
-// past ctx): otherwise Open fails with an error matching ErrUnavailable.
+// past ctx): otherwise Open fails with an error matching ErrUnavailable,
+// or ErrAccessDenied when the server refused the credentials or the TLS
+// handshake.
 func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backend, error) {
 	if u.Host == "" || u.Hostname() == "" || strings.Contains(u.Host, ",") {
 		return nil, fmt.Errorf("%w: %s://… has no host (want %s://host:6379)", distlock.ErrInvalidURL, u.Scheme, u.Scheme)
@@ -38,6 +45,40 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 		}
 	}
 	q := driver.NewQuery(u)
+	bopts, err := urlOptions(q)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(append(bopts, opts...), WithCloseClient(true))
+	o, err := driver.ResolveBackend("redis", opts)
+	if err != nil {
+		return nil, err // before dialling
+	}
+	client, addr, err := urlClient(u, q, o.TLS)
+	if err != nil {
+		return nil, err
+	}
+	unroute := redisnode.RouteLogs(o.Logger) // the client is ours, so are its logs
+	pctx, cancel := context.WithTimeout(ctx, client.Options().DialTimeout)
+	defer cancel()
+	if err := client.Ping(pctx).Err(); err != nil {
+		_ = client.Close()
+		unroute()
+		return nil, redisnode.DialError(addr, client.Options().TLSConfig != nil, err)
+	}
+	b, err := newBackend(pctx, client, opts)
+	if err != nil {
+		_ = client.Close()
+		unroute()
+		return nil, err
+	}
+	b.addr = addr
+	b.unroute = unroute
+	return b, nil
+}
+
+// urlOptions reads the backend's own parameters of q.
+func urlOptions(q *driver.Query) ([]distlock.Option, error) {
 	var bopts []distlock.Option
 	if p, ok := q.String("prefix"); ok {
 		bopts = append(bopts, WithKeyPrefix(p))
@@ -67,40 +108,83 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 	if (hasFair && fair) || (hasWindow && !hasFair) {
 		bopts = append(bopts, WithFairQueue(window))
 	}
-	if err := q.Err(); err != nil {
-		return nil, err
-	}
-	opts = append(append(bopts, opts...), WithCloseClient(true))
-	o, err := driver.ResolveBackend("redis", opts)
+	return bopts, q.Err()
+}
+
+// urlClient makes the client u describes, with TLS (base is
+// WithTLSConfig's) and credentials from the URL, and names its server(s)
+// for errors. It does not connect.
+func urlClient(u *url.URL, q *driver.Query, base *tls.Config) (*goredis.Client, string, error) {
+	tp := driver.ReadTLS(q, u.Scheme == "rediss", base)
+	user, pass, err := driver.Credentials(q, u)
 	if err != nil {
-		return nil, err // before dialling
+		return nil, "", err
 	}
-	// What is left is go-redis's to read (and to reject if unknown).
+	if err := q.Err(); err != nil {
+		return nil, "", err
+	}
+	sentinel := q.Rest().Has("master_name")
+	host := u.Hostname()
+	if sentinel {
+		host = "" // each connection checks its own host's name (tls.DialWithDialer)
+	}
+	cfg, err := tp.Config(host)
+	if err != nil {
+		return nil, "", err
+	}
+	// What is left is go-redis's to read (and to reject if unknown); TLS
+	// and credentials are ours, so that no secret reaches its errors.
 	u2 := *u
-	u2.RawQuery = q.Rest().Encode()
+	u2.Scheme, u2.User, u2.RawQuery = "redis", nil, q.Rest().Encode()
+	if sentinel {
+		return sentinelClient(&u2, user, pass, cfg)
+	}
 	copt, err := goredis.ParseURL(u2.String())
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", distlock.ErrInvalidURL, err)
+		return nil, "", fmt.Errorf("%w: %w", distlock.ErrInvalidURL, err)
 	}
+	copt.Username, copt.Password, copt.TLSConfig = user, pass, cfg
 	copt.ContextTimeoutEnabled = true
-	if copt.DialTimeout <= 0 || copt.DialTimeout > setupTimeout {
-		copt.DialTimeout = setupTimeout
+	copt.DialTimeout = dialTimeout(copt.DialTimeout)
+	return goredis.NewClient(copt), copt.Addr, nil
+}
+
+// sentinelClient is urlClient for a URL with master_name: a go-redis
+// failover client that asks the Sentinels (the URL's host and its addr
+// parameters) for the master. The credentials log in to the master (the
+// lock's ACL user), not to the Sentinels; TLS applies to both.
+func sentinelClient(u *url.URL, user, pass string, cfg *tls.Config) (*goredis.Client, string, error) {
+	q := u.Query()
+	for _, p := range []string{"username", "password"} {
+		if q.Has(p) {
+			return nil, "", fmt.Errorf("%w: parameter %s: give the master's credentials as user:password@ or password_file", distlock.ErrInvalidURL, p)
+		}
 	}
-	client := goredis.NewClient(copt)
-	unroute := redisnode.RouteLogs(o.Logger) // the client is ours, so are its logs
-	pctx, cancel := context.WithTimeout(ctx, copt.DialTimeout)
-	defer cancel()
-	if err := client.Ping(pctx).Err(); err != nil {
-		_ = client.Close()
-		unroute()
-		return nil, driver.Unavailable(copt.Addr, err)
+	// Locks live on the master only; these would panic in go-redis or
+	// send lock scripts to read-only replicas.
+	for _, p := range []string{"route_by_latency", "route_randomly", "replica_only", "use_disconnected_replicas"} {
+		if q.Has(p) {
+			return nil, "", fmt.Errorf("%w: parameter %s: locks need the master", distlock.ErrInvalidURL, p)
+		}
 	}
-	b, err := newBackend(pctx, client, opts)
+	if q.Get("master_name") == "" {
+		return nil, "", fmt.Errorf("%w: master_name is empty", distlock.ErrInvalidURL)
+	}
+	fo, err := goredis.ParseFailoverURL(u.String())
 	if err != nil {
-		_ = client.Close()
-		unroute()
-		return nil, err
+		return nil, "", fmt.Errorf("%w: %w", distlock.ErrInvalidURL, err)
 	}
-	b.unroute = unroute
-	return b, nil
+	fo.Username, fo.Password, fo.TLSConfig = user, pass, cfg
+	fo.ContextTimeoutEnabled = true
+	fo.DialTimeout = dialTimeout(fo.DialTimeout)
+	addr := fmt.Sprintf("sentinel %s master %q", strings.Join(fo.SentinelAddrs, ","), fo.MasterName)
+	return goredis.NewFailoverClient(fo), addr, nil
+}
+
+// dialTimeout bounds a URL's dial timeout by setupTimeout, its default.
+func dialTimeout(d time.Duration) time.Duration {
+	if d <= 0 || d > setupTimeout {
+		return setupTimeout
+	}
+	return d
 }

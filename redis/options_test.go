@@ -105,6 +105,17 @@ func TestOpen(t *testing.T) {
 		{"redis://127.0.0.1:1/?wait_replicas=1&wait_timeout=-1s", "timeout"},
 		{"redis://127.0.0.1:1/?dial_timeout=soon", "dial_timeout"},
 		{"redis://127.0.0.1:1/notadb", "db"},
+		// TLS, credentials and Sentinel: refused before dialling.
+		{"rediss://127.0.0.1:1/?cert_file=/c.pem", "key_file"},
+		{"redis://127.0.0.1:1/?ca_file=/no/such/ca.pem", "ca_file"},
+		{"redis://u:pw@127.0.0.1:1/?password_file=/run/p", "password_file"},
+		{"redis://127.0.0.1:1/?tls=maybe", "tls"},
+		{"redis://127.0.0.1:1/?master_name=", "master_name"},
+		{"redis://127.0.0.1:1/?master_name=m&route_randomly=true", "route_randomly"},
+		{"redis://127.0.0.1:1/?master_name=m&route_by_latency=true", "route_by_latency"},
+		{"redis://127.0.0.1:1/?master_name=m&replica_only=true", "replica_only"},
+		{"redis://127.0.0.1:1/?master_name=m&password=pw", "password"},
+		{"redis://127.0.0.1:1/?master_name=m&addr=nohostport", "addr"},
 	} {
 		l, err := distlock.Open(ctx, tc.url)
 		if err == nil {

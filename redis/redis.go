@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -89,8 +91,30 @@ func newBackend(ctx context.Context, client goredis.UniversalClient, opts []dist
 	if err := checkEviction(ctx, client, mode, logger); err != nil {
 		return nil, err
 	}
-	return &backend{
-		client: client, prefix: prefix, wait: wait, closeClient: closeClient, fair: fair,
-		notifier: redisnode.NewNotifier(client, prefix),
-	}, nil
+	b := &backend{
+		client: client, addr: clientAddr(client), prefix: prefix, wait: wait, closeClient: closeClient, fair: fair,
+	}
+	b.notifier = redisnode.NewNotifier(client, prefix, func(err error) {
+		logger.Warn("distlock: redis: the server refuses release notices (SUBSCRIBE to "+prefix+"{…}:released); waiters poll instead",
+			slog.String("addr", b.addr), slog.Any("error", err))
+	})
+	return b, nil
+}
+
+// clientAddr names client's server(s) for errors and logs.
+func clientAddr(client goredis.UniversalClient) string {
+	switch c := client.(type) {
+	case *goredis.Client:
+		return c.Options().Addr // "FailoverClient" for a Sentinel client: Open names those itself
+	case *goredis.ClusterClient:
+		return strings.Join(c.Options().Addrs, ",")
+	case *goredis.Ring:
+		addrs := make([]string, 0, len(c.Options().Addrs))
+		for _, a := range c.Options().Addrs {
+			addrs = append(addrs, a)
+		}
+		slices.Sort(addrs)
+		return strings.Join(addrs, ",")
+	}
+	return fmt.Sprintf("%T", client)
 }
