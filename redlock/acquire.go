@@ -173,6 +173,9 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 		return fail(fmt.Errorf("redlock: %q: token %d raised on %d of %d nodes (need %d), the lock was gone on %d: %w",
 			req.Key, token, len(t2.yes), n, b.quorum, len(t2.no), &distlock.HeldError{Key: req.Key}))
 	case len(t2.yes) < b.quorum:
+		if err := b.refused(fmt.Sprintf("%q: raising the token", req.Key), t2); err != nil {
+			return fail(err)
+		}
 		return fail(fmt.Errorf("%w: %q: token %d raised on %d of %d nodes (need %d)%s",
 			ErrNoQuorum, req.Key, token, len(t2.yes), n, b.quorum, b.summary(t2)))
 	}
@@ -213,6 +216,9 @@ func (b *backend) notAcquired(key string, t tally, results []redisnode.AcquireRe
 		retry := shortestHeld(t, results)
 		return fmt.Errorf("redlock: %q: %s granted by %d of %d nodes (need %d), held on %d%s: %w",
 			key, phase, len(t.yes), n, b.quorum, len(t.no), b.summary(t), &distlock.HeldError{Key: key, RetryAfter: retry})
+	}
+	if err := b.refused(fmt.Sprintf("%q: %s", key, phase), t); err != nil {
+		return err
 	}
 	return fmt.Errorf("%w: %q: %d of %d nodes answered, %d granted (need %d)%s",
 		ErrNoQuorum, key, len(t.answered)-len(t.failed), n, len(t.yes), b.quorum, b.summary(t))

@@ -195,4 +195,21 @@
 //
 // go-redis's log lines, for the clients distlock.Open dials, go to the
 // logger given with distlock.WithLogger or nowhere (see package redis).
+//
+// # TLS, ACL users and least privilege
+//
+//	redlock://app@r1:6380,r2:6380,r3:6380/0?tls=true&ca_file=/ca.pem&cert_file=/c.pem&key_file=/c-key.pem&password_file=/run/secrets/redis
+//
+// tls=true (or any of ca_file, cert_file, key_file, server_name,
+// skip_verify) turns TLS on for every node, each checked for its own host;
+// the user and password (or password_file) log in to every node. Each node
+// needs the ACL of package redis's lock user:
+//
+//	ACL SETUSER app on >PASSWORD resetkeys ~distlock:* resetchannels &distlock:* -@all +ping +evalsha +eval +subscribe +unsubscribe +publish +time +get +set +del +exists +incr +pexpire +pexpireat +pttl +hget +hset +hmget +zadd +zcount +zrange +zrangebyscore +zrem +zscore
+//
+// When refusals alone (a wrong password, a rejected certificate, a NOPERM)
+// leave no majority, calls fail with distlock.ErrAccessDenied, not
+// ErrNoQuorum, and a waiting Acquire returns at once. A node that refuses
+// PUBLISH does not fail a release; one that refuses SUBSCRIBE is polled
+// (logged once). See docs/security-redis.md.
 package redlock

@@ -64,6 +64,9 @@ func (b *backend) Inspect(ctx context.Context, key string) (driver.Holder, error
 	case v.settled:
 		return driver.Holder{Waiters: -1}, nil
 	case len(t.answered)-len(t.failed) < b.quorum:
+		if err := b.refused(fmt.Sprintf("inspecting %q", key), t); err != nil {
+			return driver.Holder{}, err
+		}
 		return driver.Holder{}, fmt.Errorf("%w: inspecting %q: %d of %d nodes answered (need %d)%s",
 			ErrNoQuorum, key, len(t.answered)-len(t.failed), n, b.quorum, b.summary(t))
 	case v.most >= b.quorum:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -22,12 +23,17 @@ import (
 //	redlock://[user:password@]host1:port,host2:port,host3:port[/db]?prefix=app:&node_timeout=20ms
 //
 // Parameters: prefix (WithKeyPrefix), node_timeout (WithNodeTimeout),
-// dial_timeout (go-redis's, default 1s); the user, password and db apply to
-// every node. Anything else is an error, and so is a server named twice
-// (see distinctHosts). Open PINGs every node (bounded, with the name
-// lookups of that check, by the dial timeout and ctx) and fails with an
-// error matching ErrUnavailable, naming the nodes, when fewer than a
-// majority answer.
+// dial_timeout (go-redis's, default 1s), and the TLS and credential
+// parameters of package driver (tls=true, ca_file, cert_file, key_file,
+// server_name, skip_verify, password_file); the user, password, TLS
+// settings and db apply to every node, each node's certificate checked for
+// its own host unless server_name is given. Anything else is an error, and
+// so is a server named twice (see distinctHosts). Open PINGs every node
+// (bounded, with the name lookups of that check, by the dial timeout and
+// ctx) and fails, naming the nodes, when fewer than a majority answer:
+// with an error matching ErrAccessDenied when the refusals alone (a wrong
+// password, a rejected certificate) leave no majority, ErrUnavailable
+// otherwise.
 func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backend, error) {
 	q := driver.NewQuery(u)
 	var bopts []distlock.Option
@@ -38,6 +44,16 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 		bopts = append(bopts, WithNodeTimeout(d))
 	}
 	dial := q.Timeout("dial_timeout", time.Second)
+	opts = append(append(bopts, opts...), WithCloseClients(true))
+	o, err := driver.ResolveBackend("redlock", opts)
+	if err != nil {
+		return nil, err // before dialling
+	}
+	tp := driver.ReadTLS(q, false, o.TLS)
+	user, pass, err := driver.Credentials(q, u)
+	if err != nil {
+		return nil, err
+	}
 	if err := q.Done(); err != nil {
 		return nil, err
 	}
@@ -55,11 +71,6 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 	if err := distinctHosts(ctx, nodes); err != nil {
 		return nil, err
 	}
-	var user, pass string
-	if u.User != nil {
-		user = u.User.Username()
-		pass, _ = u.User.Password()
-	}
 	var clients []goredis.UniversalClient
 	closeAll := func() {
 		for _, c := range clients {
@@ -67,19 +78,19 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 		}
 	}
 	for _, h := range nodes {
+		host, _, _ := net.SplitHostPort(h) // Hosts gives host:port
+		cfg, err := tp.Config(host)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
 		clients = append(clients, goredis.NewClient(&goredis.Options{
-			Addr: h, Username: user, Password: pass, DB: db,
+			Addr: h, Username: user, Password: pass, DB: db, TLSConfig: cfg,
 			DialTimeout: dial, ContextTimeoutEnabled: true,
 		}))
 	}
-	opts = append(append(bopts, opts...), WithCloseClients(true))
-	o, err := driver.ResolveBackend("redlock", opts)
-	if err != nil {
-		closeAll()
-		return nil, err // before dialling
-	}
 	unroute := redisnode.RouteLogs(o.Logger) // the clients are ours, so are their logs
-	if err := pingQuorum(ctx, clients, dial); err != nil {
+	if err := pingQuorum(ctx, clients, dial, tp.On); err != nil {
 		closeAll()
 		unroute()
 		return nil, err
@@ -107,8 +118,9 @@ func database(u *url.URL) (int, error) {
 	return n, nil
 }
 
-// pingQuorum checks that a majority of the nodes answer a PING within dial.
-func pingQuorum(ctx context.Context, clients []goredis.UniversalClient, dial time.Duration) error {
+// pingQuorum checks that a majority of the nodes answer a PING within dial
+// (tlsOn: over TLS).
+func pingQuorum(ctx context.Context, clients []goredis.UniversalClient, dial time.Duration, tlsOn bool) error {
 	ctx, cancel := context.WithTimeout(ctx, dial)
 	defer cancel()
 	errs := make([]error, len(clients))
@@ -121,18 +133,34 @@ func pingQuorum(ctx context.Context, clients []goredis.UniversalClient, dial tim
 		}()
 	}
 	wg.Wait()
-	var failed []error
-	var addrs []string
+	var unreached, denied []error
+	var addrs, refusals []string
 	for i, err := range errs {
-		if err != nil {
-			addr := clients[i].(*goredis.Client).Options().Addr
-			addrs = append(addrs, addr)
-			failed = append(failed, fmt.Errorf("%s: %w", addr, err))
+		if err == nil {
+			continue
+		}
+		addr := nodeAddr(clients[i], i)
+		addrs = append(addrs, addr)
+		if err := redisnode.DialError(addr, tlsOn, err); redisnode.Denied(err) {
+			denied, refusals = append(denied, err), append(refusals, err.Error())
+		} else {
+			unreached = append(unreached, err)
 		}
 	}
-	if len(failed) > len(clients)/2 {
-		return driver.Unavailable(strings.Join(addrs, ","),
-			fmt.Errorf("%d of %d nodes did not answer: %w", len(failed), len(clients), errors.Join(failed...)))
+	failed := len(unreached) + len(denied)
+	switch {
+	case failed <= len(clients)/2:
+		return nil
+	case len(clients)-len(denied) <= len(clients)/2:
+		// Refusals alone leave no majority: an answer, not an outage.
+		return fmt.Errorf("redlock: %d of %d nodes refused the client: %w", len(denied), len(clients), errors.Join(denied...))
 	}
-	return nil
+	// Nodes out of reach decide it: the refusals are named, not wrapped,
+	// so that the error is ErrUnavailable alone (Acquire tries again).
+	why := ""
+	if len(refusals) > 0 {
+		why = fmt.Sprintf(" (and %d refused the client: %s)", len(refusals), strings.Join(refusals, "; "))
+	}
+	return driver.Unavailable(strings.Join(addrs, ","),
+		fmt.Errorf("%d of %d nodes did not answer%s: %w", len(unreached), len(clients), why, errors.Join(unreached...)))
 }

@@ -3,6 +3,7 @@ package redlock
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -92,11 +93,15 @@ func newBackend(clients []goredis.UniversalClient, opts []distlock.Option) (*bac
 	prefix := driver.BackendValueOr[string](o, prefixKey{}, redis.DefaultPrefix)
 	nt, _ := driver.BackendValue[time.Duration](o, nodeTimeoutKey{})
 	closeClients, _ := driver.BackendValue[bool](o, closeClientsKey{})
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler) // only WithLogger's logger speaks
+	}
 	b := &backend{
 		prefix: prefix, quorum: n/2 + 1, nodeTimeout: nt, closeClients: closeClients,
 	}
 	for i, c := range clients {
-		b.nodes = append(b.nodes, &node{client: c, notifier: redisnode.NewNotifier(c, prefix)})
+		b.nodes = append(b.nodes, &node{client: c, notifier: redisnode.NewNotifier(c, prefix, onDenied(logger, prefix, nodeAddr(c, i)))})
 		b.every = append(b.every, i)
 	}
 	b.every = slices.Clip(b.every) // shared: an append copies

@@ -102,6 +102,9 @@ func (b *backend) refreshVerdict(ctx context.Context, g driver.Grant, ttl, nt ti
 			g.Key, a+sl, n, b.quorum, len(t.no), distlock.ErrNotHeld)
 	}
 	if len(t.yes) < b.quorum {
+		if err := b.refused(fmt.Sprintf("%q: refresh", g.Key), t); err != nil {
+			return 0, err
+		}
 		return 0, fmt.Errorf("%w: %q: refreshed on %d of %d nodes (need %d)%s",
 			ErrNoQuorum, g.Key, len(t.yes), n, b.quorum, b.summary(t))
 	}

@@ -77,6 +77,9 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	case t.ctxErr != nil:
 		return t.ctxErr
 	}
+	if err := b.refused(fmt.Sprintf("%q: release", g.Key), t); err != nil {
+		return err
+	}
 	return fmt.Errorf("%w: %q: released on %d of %d nodes (need %d)%s",
 		ErrNoQuorum, g.Key, len(t.yes), n, b.quorum, b.summary(t))
 }
