@@ -153,6 +153,26 @@
 // Clients should set ContextTimeoutEnabled so that context deadlines bound
 // socket reads and writes; URLs opened with distlock.Open do.
 //
+// # TLS, ACL users, Sentinel
+//
+//	rediss://app@redis:6380/0?ca_file=/ca.pem&cert_file=/c.pem&key_file=/c-key.pem&password_file=/run/secrets/redis
+//	redis://app@sentinel-1:26379/0?master_name=mymaster&addr=sentinel-2:26379&tls=true&password_file=…
+//
+// rediss:// or tls=true turns TLS on (distlock.WithTLSConfig too); ca_file,
+// cert_file, key_file and server_name set it up; user:password@ or
+// password_file log in (to the master, with master_name: go-redis's
+// Sentinel URL, whose host and addr parameters are the Sentinels). The
+// least privileges of the lock user, with the default prefix:
+//
+//	ACL SETUSER app on >PASSWORD resetkeys ~distlock:* resetchannels &distlock:* -@all +ping +evalsha +eval +subscribe +unsubscribe +publish +time +get +set +del +exists +incr +pexpire +pexpireat +pttl +hget +hset +hmget +zadd +zcount +zrange +zrangebyscore +zrem +zscore
+//
+// (open with eviction=ignore: the policy check needs CONFIG GET). A wrong
+// password, a refused certificate or a NOPERM is distlock.ErrAccessDenied,
+// never retried; a refused PUBLISH does not fail a release, and a refused
+// SUBSCRIBE makes waiters poll (logged once). Anyone who may write the
+// keys under the prefix can delete locks and roll tokens back: see
+// docs/security-redis.md for what the key pattern protects.
+//
 // # Logging
 //
 // The backend logs only to the logger given with distlock.WithLogger.
