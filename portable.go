@@ -278,8 +278,8 @@ func (l *locker) acquire(ctx context.Context, key string, opts []Option, wait, r
 	} else {
 		start = now()
 		g, err = l.b.TryLock(bctx, req)
-		if err != nil && !errors.Is(err, ErrNotAcquired) && !errors.Is(err, ErrAccessDenied) {
-			l.abandon(req, &o) // a refused attempt took nothing
+		if mayHaveTaken(err) {
+			l.abandon(req, &o)
 		}
 	}
 	if err != nil {

@@ -173,8 +173,8 @@ func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settin
 		}
 		start := now()
 		g, err := l.b.TryLock(ctx, *req)
-		if err != nil && !errors.Is(err, ErrNotAcquired) && !errors.Is(err, ErrAccessDenied) {
-			l.abandon(*req, o) // a refused attempt took nothing
+		if mayHaveTaken(err) {
+			l.abandon(*req, o)
 		}
 		if err != nil && ctx.Err() != nil && unreachable != nil {
 			return driver.Grant{}, time.Time{}, unreachable
@@ -210,9 +210,8 @@ func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settin
 				continue
 			case ctx.Err() != nil:
 				return driver.Grant{}, time.Time{}, err
-			case !errors.Is(err, ErrUnsupported):
-				// ErrUnsupported: the backend chose polling and says why itself.
-				l.log(slog.LevelWarn, "subscribe failed; polling instead", req.Key, err)
+			default:
+				l.pollingInstead("subscribe failed", req.Key, err)
 			}
 		}
 		var remaining time.Duration
@@ -230,9 +229,7 @@ func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settin
 				return driver.Grant{}, time.Time{}, ctx.Err()
 			}
 			if werr != nil && !errors.Is(werr, context.DeadlineExceeded) {
-				if !errors.Is(werr, ErrUnsupported) {
-					l.log(slog.LevelWarn, "subscription failed; polling instead", req.Key, werr)
-				}
+				l.pollingInstead("subscription failed", req.Key, werr)
 				_ = sub.Close()
 				sub = nil
 			}
@@ -245,6 +242,22 @@ func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settin
 		if err := driver.Sleep(ctx, delay); err != nil {
 			return driver.Grant{}, time.Time{}, err
 		}
+	}
+}
+
+// mayHaveTaken reports whether a failed attempt (err) may have taken the
+// lock all the same, so that it must be given back: not when the key was
+// held, nor when the server refused the client (it took nothing).
+func mayHaveTaken(err error) bool {
+	return err != nil && !errors.Is(err, ErrNotAcquired) && !errors.Is(err, ErrAccessDenied)
+}
+
+// pollingInstead logs that a waiter polls because its release notices
+// failed, unless the backend declined them (ErrUnsupported): it says why
+// itself, once.
+func (l *locker) pollingInstead(what, key string, err error) {
+	if !errors.Is(err, ErrUnsupported) {
+		l.log(slog.LevelWarn, what+"; polling instead", key, err)
 	}
 }
 
