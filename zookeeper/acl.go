@@ -22,9 +22,11 @@ import (
 
 // ErrOpenACL is the error of a Locker whose own ACL is not open (WithAuth,
 // or a restrictive WithACL) when the base path or a key directory lets
-// anyone create, delete or re-ACL its children: anyone who reaches the
-// server could then delete or jump its locks. WithAllowOpenACL accepts
-// such parents. It matches distlock.ErrInvalidOption.
+// another identity than the Locker's (world:anyone, an ip range, another
+// digest user, an x509 subject) create, delete or re-ACL its children: it
+// could then delete or jump its locks. It is also Dial's error when an
+// ACL of WithACL grants that to world or an ip range along WithAuth.
+// WithAllowOpenACL accepts both. It matches distlock.ErrInvalidOption.
 var ErrOpenACL = fmt.Errorf("%w: zookeeper: a parent znode is open to anyone", distlock.ErrInvalidOption)
 
 // openPerms are the permissions on a parent znode that let a client other
@@ -33,10 +35,59 @@ var ErrOpenACL = fmt.Errorf("%w: zookeeper: a parent znode is open to anyone", d
 // directory with an open ACL) and ADMIN (an open ACL set in place).
 const openPerms = zk.PermCreate | zk.PermDelete | zk.PermAdmin
 
-// openEntry returns the entry of acl that grants anyone one of openPerms.
-func openEntry(acl []zk.ACL) (zk.ACL, bool) {
+// ownOpenEntry returns the entry of the Locker's own ACL that grants one
+// of openPerms to whoever reaches the server: world:anyone, or an ip
+// entry (ip:0.0.0.0/0 matches every client, a narrower one every process
+// on those hosts). Its other entries (digest, x509, ...) are its
+// identities.
+func ownOpenEntry(acl []zk.ACL) (zk.ACL, bool) {
 	for _, a := range acl {
-		if a.Scheme == "world" && a.ID == "anyone" && a.Perms&openPerms != 0 {
+		if (a.Scheme == "world" || a.Scheme == "ip") && a.Perms&openPerms != 0 {
+			return a, true
+		}
+	}
+	return zk.ACL{}, false
+}
+
+// own reports whether entry a names one of the Locker's identities: an
+// entry of its own ACL (other than world or ip), or its digest user. A
+// client without ADMIN on a znode reads each digest as "user:x", which
+// then matches the Locker's digest user of that name.
+func (b *backend) own(a zk.ACL) bool {
+	if a.Scheme == "world" || a.Scheme == "ip" {
+		return false
+	}
+	maskedUser, masked := strings.CutSuffix(a.ID, ":x")
+	for _, m := range b.ids {
+		if m.Scheme != a.Scheme {
+			continue
+		}
+		if m.ID == a.ID {
+			return true
+		}
+		if user, _, _ := strings.Cut(m.ID, ":"); a.Scheme == "digest" && masked && user == maskedUser {
+			return true
+		}
+	}
+	return false
+}
+
+// identities returns the entries own matches against: the Locker's ACL
+// and its digest user, computed once (a digest is a SHA-1).
+func identities(acl []zk.ACL, a auth) []zk.ACL {
+	ids := append([]zk.ACL(nil), acl...)
+	if user, password, ok := a.digest(); ok {
+		ids = append(ids, zk.DigestACL(zk.PermAll, user, password)...)
+	}
+	return ids
+}
+
+// openEntry returns the entry of a parent's acl that grants one of
+// openPerms to an identity not the Locker's: world, ip, another digest
+// user, an x509 subject (a certificate's subject is public).
+func (b *backend) openEntry(acl []zk.ACL) (zk.ACL, bool) {
+	for _, a := range acl {
+		if a.Perms&openPerms != 0 && !b.own(a) {
 			return a, true
 		}
 	}
@@ -57,11 +108,21 @@ func permNames(perms int32) string {
 	return sb.String()
 }
 
-// errOpenParent reports a parent whose ACL leaves its children to anyone.
-// It names only the world entry: the others may hold a password's digest.
+// entryName names an ACL entry in an error: a digest entry by its user
+// alone (the rest is a password's hash).
+func entryName(a zk.ACL) string {
+	if a.Scheme == "digest" {
+		user, _, _ := strings.Cut(a.ID, ":")
+		return "digest user " + user
+	}
+	return a.Scheme + ":" + a.ID
+}
+
+// errOpenParent reports a parent whose ACL leaves its children to another
+// identity than the Locker's.
 func errOpenParent(path, what string, open zk.ACL) error {
-	return fmt.Errorf("%w: the %s %s grants world:anyone %q: anyone who reaches the server could delete or jump the locks under it; give it a creator-only ACL (zkCli: addauth digest <user>:<password>, then setAcl %s auth::cdrwa), or accept it with allow_open_acl=true (WithAllowOpenACL)",
-		ErrOpenACL, what, path, permNames(open.Perms), path)
+	return fmt.Errorf("%w: the %s %s grants %s %q, which is not the Locker's identity: it could delete or jump the locks under it; give it a creator-only ACL (zkCli: addauth digest <user>:<password>, then setAcl %s auth::cdrwa), or accept it with allow_open_acl=true (WithAllowOpenACL)",
+		ErrOpenACL, what, path, entryName(open), permNames(open.Perms), path)
 }
 
 // checkBase runs at Dial with credentials: it creates the base path (and
@@ -80,37 +141,27 @@ func (b *backend) checkBase(ctx context.Context, conn *zk.Conn) error {
 	if err != nil {
 		return b.classify(fmt.Errorf("zookeeper: read the ACL of the base path %s: %w", b.base, err))
 	}
-	if open, ok := openEntry(acl); ok && b.checkACL {
+	if open, ok := b.openEntry(acl); ok && b.checkACL {
 		return errOpenParent(b.base, "base path", open)
 	}
 	return b.grantsUser(acl)
 }
 
-// grantsUser fails, as ErrAccessDenied, when acl is made of world and
-// digest entries only and none of them lets the digest user create key
-// directories: most likely a wrong password. ACLs of other schemes (ip,
-// x509, sasl) cannot be judged from here and are left to the server.
+// grantsUser fails, as ErrAccessDenied, when no entry of acl that grants
+// create is the Locker's identity: most likely a wrong password. An entry
+// of another identity (world, ip, ...) reaches here only when open
+// parents are accepted (allow_open_acl); the server judges it.
 func (b *backend) grantsUser(acl []zk.ACL) error {
-	user, password, ok := b.auth.digest()
+	user, _, ok := b.auth.digest()
 	if !ok || user == "super" {
 		return nil
 	}
-	me := zk.DigestACL(zk.PermAll, user, password)[0].ID
-	// A client without ADMIN on the znode reads each digest as "user:x":
-	// then the password cannot be checked here, and a wrong one shows at
-	// the first acquire (NOAUTH, ErrAccessDenied).
-	masked := user + ":x"
 	for _, a := range acl {
-		switch {
-		case a.Scheme == "world" && a.ID == "anyone", a.Scheme == "digest" && (a.ID == me || a.ID == masked):
-			if a.Perms&zk.PermCreate != 0 {
-				return nil
-			}
-		case a.Scheme != "digest" && a.Scheme != "world":
+		if a.Perms&zk.PermCreate != 0 && (b.own(a) || b.allowOpen) {
 			return nil
 		}
 	}
-	return driver.AccessDenied(b.addr, fmt.Errorf("zookeeper: the base path %s does not let digest user %q create key directories (a wrong password authenticates as another identity)", b.base, user))
+	return driver.AccessDenied(b.addr, fmt.Errorf("zookeeper: the base path %s does not let digest user %s create key directories (a wrong password authenticates as another identity)", b.base, user))
 }
 
 // ensureBase creates the base path and its missing ancestors, persistent,
@@ -149,7 +200,7 @@ func (b *backend) checkDir(dir string, acl []zk.ACL, err error) error {
 	if err != nil {
 		return fmt.Errorf("zookeeper: read the ACL of %s: %w", dir, err)
 	}
-	if open, ok := openEntry(acl); ok {
+	if open, ok := b.openEntry(acl); ok {
 		return errOpenParent(dir, "key directory", open)
 	}
 	return nil

@@ -18,9 +18,11 @@
 // directories, the lock znodes) carries the user's digest ACL alone. A
 // delete is checked against the parent's ACL, so Dial checks that the base
 // path, and each acquire that its key directory, lets no one else create,
-// delete or re-ACL children; such a parent is [ErrOpenACL] unless
-// allow_open_acl=true ([WithAllowOpenACL]). Lockers sharing a base path
-// must share its user: a key directory belongs to the user who made it.
+// delete or re-ACL children: an entry granting c, d or a to world:anyone,
+// an ip range (ip:0.0.0.0/0 is everyone), another digest user or an x509
+// subject makes it [ErrOpenACL] unless allow_open_acl=true
+// ([WithAllowOpenACL]). Lockers sharing a base path must share its user: a
+// key directory belongs to the user who made it.
 //
 //	zk://app:secret@zk1:2181,zk2:2181/distlock                 digest auth
 //	zk://app@zk1:2181/distlock?password_file=/run/secrets/zk   the password from a file

@@ -122,10 +122,10 @@ func dialBackend(ctx context.Context, servers []string, opts []distlock.Option) 
 	}
 	b := newBackend(o, timeout, true, len(servers))
 	b.addr = strings.Join(servers, ",")
-	if _, open := openEntry(b.acl); open && b.auth.scheme != "" && !b.allowOpen {
+	if open, ok := ownOpenEntry(b.acl); ok && b.auth.scheme != "" && !b.allowOpen {
 		b.abort()
-		return nil, fmt.Errorf("%w: with credentials the Locker's ACL must not grant world:anyone create, delete or admin (anyone could delete its locks); drop WithACL for the user's own ACL, or accept it with allow_open_acl=true (WithAllowOpenACL)",
-			ErrOpenACL)
+		return nil, fmt.Errorf("%w: with credentials the Locker's ACL must not grant %s create, delete or admin (anyone who reaches the server from there could delete its locks); drop WithACL for the user's own ACL, or accept it with allow_open_acl=true (WithAllowOpenACL)",
+			ErrOpenACL, entryName(open))
 	}
 	b.link = newLink()
 	b.watches = true // onEvent is the event callback (below)

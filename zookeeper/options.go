@@ -105,8 +105,13 @@ func WithConnOptions(opts ...func(*zk.Conn)) distlock.Option {
 // delete any lock), and with WithAuth the authenticated user's alone:
 // zk.DigestACL(zk.PermAll, user, password) for digest auth,
 // zk.AuthACL(zk.PermAll) (creator only) for another scheme. With WithAuth,
-// an ACL that grants anyone (world:anyone) CREATE, DELETE or ADMIN is
-// refused (ErrOpenACL) unless WithAllowOpenACL says otherwise.
+// an ACL that grants world:anyone or an ip range (ip:0.0.0.0/0 matches
+// every client) CREATE, DELETE or ADMIN is refused (ErrOpenACL) unless
+// WithAllowOpenACL says otherwise. Its other entries are the Locker's
+// identities: a parent znode that grants c, d or a to any other is open
+// (see WithAllowOpenACL). With a scheme other than digest, name the
+// identity here: the server expands zk.AuthACL to ids the Locker cannot
+// know, which its checks then take for another's.
 func WithACL(acl []zk.ACL) distlock.Option {
 	if len(acl) == 0 {
 		return driver.InvalidOption("zookeeper: empty ACL")
@@ -164,10 +169,12 @@ func authOf(scheme string, data []byte) auth {
 
 // WithAllowOpenACL accepts what a Locker with credentials (WithAuth) or a
 // restrictive WithACL otherwise refuses with ErrOpenACL: a base path or key
-// directory whose ACL lets anyone (world:anyone) create, delete or re-ACL
-// its children, and with WithAuth a WithACL that does. Anyone who reaches
-// the server can then delete the Locker's lock znodes, or queue znodes of
-// their own ahead of the holder's. URL: allow_open_acl=true.
+// directory whose ACL lets another identity than the Locker's create,
+// delete or re-ACL its children (world:anyone, an ip range, another digest
+// user, an x509 subject), and with WithAuth a WithACL that grants that to
+// world:anyone or an ip range. Whoever holds such an identity can then
+// delete the Locker's lock znodes, or queue znodes of their own ahead of
+// the holder's. URL: allow_open_acl=true.
 func WithAllowOpenACL(allow bool) distlock.Option {
 	return driver.BackendOption("zookeeper", "WithAllowOpenACL", allowOpenACLKey{}, allow)
 }

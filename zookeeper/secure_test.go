@@ -59,6 +59,11 @@ func TestSecure(t *testing.T) {
 	t.Run("TLSRefusalNamed", func(t *testing.T) { testTLSRefusal(t, s) })
 	t.Run("ConnOptionsCannotHangDial", func(t *testing.T) { testConnOptionsCannotHangDial(t, s) })
 	t.Run("CertificateIdentityACL", func(t *testing.T) { testCertificateIdentityACL(t, s) })
+	t.Run("IPOpenBaseRefused", func(t *testing.T) { testIPOpenBaseRefused(t, s) })
+	t.Run("IPOpenKeyDirRefused", func(t *testing.T) { testIPOpenKeyDirRefused(t, s) })
+	t.Run("OwnACLOpenByIPRefused", func(t *testing.T) { testOwnACLOpenByIPRefused(t, s) })
+	t.Run("OtherUserParentsRefused", func(t *testing.T) { testOtherUserParentsRefused(t, s) })
+	t.Run("RecreatedBaseRefused", func(t *testing.T) { testRecreatedBaseRefused(t, s) })
 }
 
 // authConn is a plain client authenticated with digest "user:password".
@@ -501,5 +506,128 @@ func testCertificateIdentityACL(t *testing.T, s *secured) {
 		if err := c.Delete(n.Path, -1); !errors.Is(err, zk.ErrNoAuth) {
 			t.Errorf("a client without the certificate deleted the lock znode: %v", err)
 		}
+	}
+}
+
+// ipOpen lets every IPv4 client do anything: world:anyone in all but name.
+var ipOpen = []zk.ACL{{Scheme: "ip", ID: "0.0.0.0/0", Perms: zk.PermAll}}
+
+// testIPOpenBaseRefused checks that a base path open to every IP, as a
+// client without credentials may create it before the app first starts,
+// is ErrOpenACL like world:anyone.
+func testIPOpenBaseRefused(t *testing.T, s *secured) {
+	ctx := ctxFor(t, 20*time.Second)
+	const base = "/ip-open-base"
+	if _, err := s.anon.Create(base, nil, 0, ipOpen); err != nil {
+		t.Fatal(err)
+	}
+	l, err := distlock.Open(ctx, s.url(s.srv.SecureAddr(), "alice:"+alicePassword, base))
+	if !errors.Is(err, ErrOpenACL) || !strings.Contains(err.Error(), "ip:0.0.0.0/0") {
+		if l != nil {
+			l.Close()
+		}
+		t.Fatalf("Open on a base path with ACL ip:0.0.0.0/0:cdrwa: %v, want ErrOpenACL naming the entry", err)
+	}
+}
+
+// testIPOpenKeyDirRefused checks that a key directory open to every IP in
+// a creator-only base path is ErrOpenACL, before the Locker queues there.
+func testIPOpenKeyDirRefused(t *testing.T, s *secured) {
+	ctx := ctxFor(t, 20*time.Second)
+	const base = "/secure/ip-open-dir"
+	l := s.open(t, "alice:"+alicePassword, base)
+	dir := base + "/" + escapeKey("k")
+	if _, err := s.super.Create(dir, nil, 0, ipOpen); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TryAcquire(ctx, "k"); !errors.Is(err, ErrOpenACL) || !strings.Contains(err.Error(), dir) {
+		t.Errorf("TryAcquire in a key directory with ACL ip:0.0.0.0/0:cdrwa: %v, want ErrOpenACL naming it", err)
+	}
+	if c, _, err := s.super.Children(dir); err != nil || len(c) != 0 {
+		t.Errorf("the refused acquire left %v (%v) in %s", c, err, dir)
+	}
+}
+
+// testOwnACLOpenByIPRefused checks that credentials with a WithACL open to
+// every IP are refused as one open to world:anyone is.
+func testOwnACLOpenByIPRefused(t *testing.T, s *secured) {
+	_, err := Dial(ctxFor(t, 10*time.Second), []string{s.srv.Addr()}, WithAuth("digest", []byte("alice:"+alicePassword)),
+		WithBasePath("/own-ip"), WithACL(ipOpen))
+	if !errors.Is(err, ErrOpenACL) || !strings.Contains(err.Error(), "ip:0.0.0.0/0") {
+		t.Errorf("Dial with WithAuth and WithACL(ip:0.0.0.0/0:cdrwa): %v, want ErrOpenACL naming the entry", err)
+	}
+}
+
+// testOtherUserParentsRefused checks that a base path another digest user
+// may write, and a key directory another user planted granting alice's
+// certificate subject and himself all, are ErrOpenACL: he could delete or
+// jump alice's locks. The errors name the user, not the digest.
+func testOtherUserParentsRefused(t *testing.T, s *secured) {
+	ctx := ctxFor(t, 20*time.Second)
+	bob := zk.DigestACL(zk.PermAll, "bob", bobPassword)
+	// alice with admin reads bob's digest; with cdr, masked ("bob:x").
+	for shared, alice := range map[string]int32{"/shared-alice-bob": zk.PermAll, "/shared-masked": zk.PermCreate | zk.PermRead | zk.PermDelete} {
+		if _, err := s.super.Create(shared, nil, 0, append(zk.DigestACL(alice, "alice", alicePassword), bob...)); err != nil {
+			t.Fatal(err)
+		}
+		l, err := distlock.Open(ctx, s.url(s.srv.SecureAddr(), "alice:"+alicePassword, shared))
+		if !errors.Is(err, ErrOpenACL) || !strings.Contains(err.Error(), "digest user bob") || strings.Contains(err.Error(), bob[0].ID) {
+			if l != nil {
+				l.Close()
+			}
+			t.Errorf("Open on a base path %s bob may write: %v, want ErrOpenACL naming bob alone", shared, err)
+		}
+	}
+
+	const base = "/secure/bobs-dir"
+	alice := s.open(t, "alice:"+alicePassword, base)
+	if _, err := s.super.SetACL(base, append(zk.DigestACL(zk.PermAll, "alice", alicePassword), zk.DigestACL(zk.PermCreate, "bob", bobPassword)...), -1); err != nil {
+		t.Fatal(err)
+	}
+	dir := base + "/" + escapeKey("k")
+	bobACL := append(zk.DigestACL(zk.PermAll, "bob", bobPassword), zk.ACL{Scheme: "x509", ID: "CN=distlock", Perms: zk.PermAll})
+	if _, err := s.bob.Create(dir, nil, 0, bobACL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.TryAcquire(ctx, "k"); !errors.Is(err, ErrOpenACL) || !strings.Contains(err.Error(), dir) {
+		t.Errorf("TryAcquire in a key directory bob planted: %v, want ErrOpenACL naming it", err)
+	}
+}
+
+// testRecreatedBaseRefused replays a takeover under the default root ACL
+// (world:anyone:cdrwa): alice's Locker made its base path creator-only,
+// locked and released; once the key directory is gone (the container
+// reaper's work, done here by the super user) a client without
+// credentials deletes the empty base path, recreates it and the key
+// directory open to every IP. Alice's next acquire must be ErrOpenACL,
+// not a lock that client could delete.
+func testRecreatedBaseRefused(t *testing.T, s *secured) {
+	ctx := ctxFor(t, 20*time.Second)
+	const base = "/root-race"
+	l := s.open(t, "alice:"+alicePassword, base)
+	lease, err := l.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dir := base + "/" + escapeKey("k")
+	if err := s.super.Delete(dir, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		t.Fatal(err)
+	}
+	if err := s.anon.Delete(base, -1); err != nil {
+		t.Fatalf("delete the empty base path without credentials: %v", err)
+	}
+	for _, p := range []string{base, dir} {
+		if _, err := s.anon.Create(p, nil, 0, ipOpen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if lease, err := l.TryAcquire(ctx, "k", distlock.WithTTL(time.Minute)); !errors.Is(err, ErrOpenACL) {
+		if err == nil {
+			lease.Release(ctx)
+		}
+		t.Errorf("TryAcquire in a recreated key directory open to every IP: %v, want ErrOpenACL", err)
 	}
 }

@@ -97,7 +97,8 @@ type backend struct {
 	addr  string // the servers, as errors name them
 	base  string
 	acl   []zk.ACL
-	auth  auth // WithAuth's; scheme "" without
+	auth  auth     // WithAuth's; scheme "" without
+	ids   []zk.ACL // the Locker's identities, for the checks of its parents (acl.go)
 	// checkACL: the Locker's own ACL is not open, so the parents it uses
 	// must not be either (acl.go), unless allowOpen (WithAllowOpenACL).
 	checkACL  bool
@@ -177,7 +178,8 @@ func newBackend(o driver.Settings, timeout time.Duration, owned bool, ensemble i
 		b.acl = acl
 	}
 	b.allowOpen = driver.BackendValueOr(o, allowOpenACLKey{}, false)
-	_, open := openEntry(b.acl)
+	b.ids = identities(b.acl, b.auth)
+	_, open := ownOpenEntry(b.acl)
 	b.checkACL = !open && !b.allowOpen
 	if d, ok := driver.BackendValue[time.Duration](o, graceKey{}); ok {
 		b.grace, b.graceSet = d, true
