@@ -73,7 +73,10 @@ func urlSecurity(q *driver.Query, u *url.URL, opts []distlock.Option) ([]distloc
 	case user == "" || password == "":
 		return nil, fmt.Errorf("%w: zk:// digest auth needs both a user and a password (user:password@ or password_file=)", driver.ErrInvalidURL)
 	case strings.Contains(user, ":"):
-		return nil, fmt.Errorf("%w: zk:// user name %q holds a ':', which digest auth cannot tell from the password's", driver.ErrInvalidURL, user)
+		// Only the part before the ':': the rest may be a password, as
+		// Curator's "user:password" written percent-encoded as the user.
+		before, _, _ := strings.Cut(user, ":")
+		return nil, fmt.Errorf("%w: zk:// user name %q… holds a ':', which digest auth cannot tell from the password's", driver.ErrInvalidURL, before+":")
 	default:
 		out = append(out, WithAuth("digest", []byte(user+":"+password)))
 	}

@@ -66,6 +66,26 @@ func TestSecure(t *testing.T) {
 	t.Run("RecreatedBaseRefused", func(t *testing.T) { testRecreatedBaseRefused(t, s) })
 }
 
+// TestURLUserNameNotEchoed checks that a zk:// user name holding a ':'
+// (user:password percent-encoded as the user) is refused without the
+// part after the ':', which may be the password. No server: it fails
+// before dialling.
+func TestURLUserNameNotEchoed(t *testing.T) {
+	pw := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pw, []byte("x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{
+		"zk://alice%3A" + alicePassword + "@127.0.0.1:1/x?password_file=" + url.QueryEscape(pw),
+		"zk://alice%3A" + alicePassword + ":x@127.0.0.1:1/x",
+	} {
+		_, err := distlock.Open(ctxFor(t, 5*time.Second), u)
+		if !errors.Is(err, distlock.ErrInvalidURL) || strings.Contains(err.Error(), alicePassword) || !strings.Contains(err.Error(), "alice") {
+			t.Errorf("Open with the user name alice:<password>: %v, want ErrInvalidURL naming alice alone", err)
+		}
+	}
+}
+
 // authConn is a plain client authenticated with digest "user:password".
 func authConn(t *testing.T, addr, userPassword string) *zk.Conn {
 	t.Helper()
