@@ -138,6 +138,11 @@ func (b *backend) checkBase(ctx context.Context, conn *zk.Conn) error {
 		acl, _, err := conn.GetACL(b.base)
 		return acl, err
 	})
+	if errors.Is(err, zk.ErrNoAuth) {
+		// The server takes any password as an identity: a wrong one here,
+		// or a wrong one at the Locker that created the base path.
+		return b.classify(fmt.Errorf("zookeeper: read the ACL of the base path %s: %w (a wrong password, a user it does not admit, or it was created with another password: then have an operator re-create or re-ACL it)", b.base, err))
+	}
 	if err != nil {
 		return b.classify(fmt.Errorf("zookeeper: read the ACL of the base path %s: %w", b.base, err))
 	}

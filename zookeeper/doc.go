@@ -32,7 +32,12 @@
 // and tls=true are as in package driver, and distlock.WithTLSConfig sets
 // a *tls.Config. A wrong password, a user the base path does not admit, a
 // TLS handshake either side refuses, and the server's NOAUTH on a create
-// or delete are distlock.ErrAccessDenied, at once. The least rights are
+// or delete are distlock.ErrAccessDenied, at once. ZooKeeper takes any
+// digest password as some identity, so a Locker that finds no base path
+// creates it for the credentials it has: one with a wrong password creates
+// it for that password, and the right one is then refused. Create the base
+// path before first use, as an operator (the recipe) or once with checked
+// credentials. The least rights are
 // cdr on the base path (create, read, delete key directories); the recipe
 // and what it guards against are in docs/security-zookeeper.md.
 //

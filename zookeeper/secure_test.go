@@ -64,6 +64,7 @@ func TestSecure(t *testing.T) {
 	t.Run("OwnACLOpenByIPRefused", func(t *testing.T) { testOwnACLOpenByIPRefused(t, s) })
 	t.Run("OtherUserParentsRefused", func(t *testing.T) { testOtherUserParentsRefused(t, s) })
 	t.Run("RecreatedBaseRefused", func(t *testing.T) { testRecreatedBaseRefused(t, s) })
+	t.Run("TypoCreatedBaseNamed", func(t *testing.T) { testTypoCreatedBaseNamed(t, s) })
 }
 
 // TestURLUserNameNotEchoed checks that a zk:// user name holding a ':'
@@ -649,5 +650,23 @@ func testRecreatedBaseRefused(t *testing.T, s *secured) {
 			lease.Release(ctx)
 		}
 		t.Errorf("TryAcquire in a recreated key directory open to every IP: %v, want ErrOpenACL", err)
+	}
+}
+
+// testTypoCreatedBaseNamed checks the documented limit of a base path the
+// Locker creates itself: the first to run, with a wrong password, creates
+// it for that password; the right password is then ErrAccessDenied, and
+// the error says the base path may have been created with another
+// password.
+func testTypoCreatedBaseNamed(t *testing.T, s *secured) {
+	ctx := ctxFor(t, 20*time.Second)
+	const base = "/typo-created"
+	s.open(t, "alice:typo-"+alicePassword, base).Close()
+	l, err := distlock.Open(ctx, s.url(s.srv.SecureAddr(), "alice:"+alicePassword, base))
+	if !errors.Is(err, distlock.ErrAccessDenied) || !strings.Contains(err.Error(), "created with another password") {
+		if l != nil {
+			l.Close()
+		}
+		t.Errorf("Open with the right password on a base path a wrong one created: %v, want ErrAccessDenied saying so", err)
 	}
 }
