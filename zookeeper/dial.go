@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -79,7 +81,11 @@ func (d *dialLog) dialer(cfg *tls.Config) zk.Dialer {
 
 func (d *dialLog) dial(cfg *tls.Config, network, addr string, timeout time.Duration) (net.Conn, error) {
 	if cfg == nil {
-		return net.DialTimeout(network, addr, timeout)
+		c, err := net.DialTimeout(network, addr, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return &plainConn{Conn: c, addr: addr, log: d}, nil
 	}
 	if cfg.ServerName == "" {
 		cfg = cfg.Clone()
@@ -90,12 +96,47 @@ func (d *dialLog) dial(cfg *tls.Config, network, addr string, timeout time.Durat
 	// Dial waits ConnectTimeout for a session in any case.
 	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, ConnectTimeout))
 	defer cancel()
-	td := tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout}, Config: cfg}
-	c, err := td.DialContext(ctx, network, addr)
+	raw, err := (&net.Dialer{Timeout: timeout}).DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
-	return &tlsConn{Conn: c.(*tls.Conn), addr: addr, log: d}, nil
+	c := tls.Client(raw, cfg)
+	if err := c.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		if closedEarly(err) {
+			// A plaintext port reads the ClientHello as a request of
+			// absurd length and hangs up, with no TLS alert.
+			err = fmt.Errorf("TLS handshake: %w: the server hung up without a TLS answer (is it the plaintext clientPort, not the secureClientPort?)", err)
+		}
+		return nil, err
+	}
+	return &tlsConn{Conn: c, addr: addr, log: d}, nil
+}
+
+// closedEarly reports whether err is the server hanging up.
+func closedEarly(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// plainConn notes a server that hangs up before its first byte: a TLS
+// port does so on a plaintext connect request, with no alert (as does a
+// server out of its quorum), which Dial's error then names.
+type plainConn struct {
+	net.Conn
+	addr string
+	log  *dialLog
+	got  bool // a byte came; only read by the one reader
+}
+
+func (c *plainConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.got = true
+	}
+	if err != nil && !c.got && closedEarly(err) {
+		c.log.failed(c.addr, fmt.Errorf("%w: the server hung up before answering the connect request (is it a TLS secureClientPort? then give ca_file, cert_file and key_file, or tls=true; a server out of its quorum does this too)", err))
+	}
+	return n, err
 }
 
 // tlsConn reports a refusal that comes after the handshake: with TLS 1.3

@@ -65,6 +65,7 @@ func TestSecure(t *testing.T) {
 	t.Run("OtherUserParentsRefused", func(t *testing.T) { testOtherUserParentsRefused(t, s) })
 	t.Run("RecreatedBaseRefused", func(t *testing.T) { testRecreatedBaseRefused(t, s) })
 	t.Run("TypoCreatedBaseNamed", func(t *testing.T) { testTypoCreatedBaseNamed(t, s) })
+	t.Run("TLSPortMismatchNamed", func(t *testing.T) { testTLSPortMismatchNamed(t, s) })
 }
 
 // TestURLUserNameNotEchoed checks that a zk:// user name holding a ':'
@@ -668,5 +669,38 @@ func testTypoCreatedBaseNamed(t *testing.T, s *secured) {
 			l.Close()
 		}
 		t.Errorf("Open with the right password on a base path a wrong one created: %v, want ErrAccessDenied saying so", err)
+	}
+}
+
+// testTLSPortMismatchNamed checks that plaintext to the TLS port, and TLS
+// to the plaintext port, fail naming the likely cause rather than only
+// "no session". Neither server answers anything, so Dial waits its
+// context out: 2s here, both at once.
+func testTLSPortMismatchNamed(t *testing.T, s *secured) {
+	cases := []struct{ name, url, want string }{
+		{"plaintext to the TLS port", "zk://alice:" + alicePassword + "@" + s.srv.SecureAddr() + "/mismatch", "TLS secureClientPort"},
+		{"TLS to the plaintext port", s.url(s.srv.Addr(), "alice:"+alicePassword, "/mismatch"), "TLS handshake"},
+	}
+	errs := make([]error, len(cases))
+	var wg sync.WaitGroup
+	for i, c := range cases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			l, err := distlock.Open(ctx, c.url)
+			if l != nil {
+				l.Close()
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	for i, c := range cases {
+		t.Logf("%s: %v", c.name, errs[i])
+		if err := errs[i]; !errors.Is(err, distlock.ErrUnavailable) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), alicePassword) {
+			t.Errorf("%s: %v, want ErrUnavailable naming %q", c.name, err, c.want)
+		}
 	}
 }
