@@ -27,7 +27,7 @@ import (
 // could then delete or jump its locks. It is also Dial's error when an
 // ACL of WithACL grants that to world or an ip range along WithAuth.
 // WithAllowOpenACL accepts both. It matches distlock.ErrInvalidOption.
-var ErrOpenACL = fmt.Errorf("%w: zookeeper: a parent znode is open to anyone", distlock.ErrInvalidOption)
+var ErrOpenACL = fmt.Errorf("%w: zookeeper: a parent znode is open to others", distlock.ErrInvalidOption)
 
 // openPerms are the permissions on a parent znode that let a client other
 // than the holder end or jump the holder's lock: DELETE (its lock znode),

@@ -306,7 +306,7 @@ func (b *backend) await(ctx context.Context, conn *zk.Conn, key string, n *node,
 }
 
 // checkLook reports what the create's goroutine saw that ends the attempt:
-// a key directory open to anyone (when the Locker checks its parents), a
+// a key directory open to others (when the Locker checks its parents), a
 // failed read, our znode gone.
 func (b *backend) checkLook(n *node, look *firstLook) error {
 	if b.checkACL {
