@@ -43,6 +43,13 @@ var ErrStaleToken = errors.New("fencing: stale token")
 // key at all, as opposed to a row whose fence is ahead of the token.
 var ErrRowNotFound = errors.New("fencing: no row matches the key")
 
+// ErrForeignTrigger is matched (errors.Is) by the error of Migrate and
+// Create on a fence table that carries a trigger distlock did not install,
+// and of a guard whose row such a trigger rewrote. A trigger runs as the
+// writer and may change any row it sees, fences included, so only the
+// table's owner may have one there; the error names it.
+var ErrForeignTrigger = errors.New("fencing: a trigger distlock did not install is on the fence table")
+
 // ErrInvalid is matched by every invalid-input error of this package (empty
 // resource, nil database, nil function, non-positive token, empty or
 // malformed holder, bad table or column names). It also matches

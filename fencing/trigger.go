@@ -62,15 +62,24 @@ const triggerConfig = "search_path=pg_catalog, pg_temp"
 // running this version's function ($2), with its search_path pinned,
 // owned by the table's owner. No row: no such table. It reads only the
 // catalog, which every role may.
+//
+// It runs under the caller's search_path, where a role with CREATE on a
+// schema of the path can add an operator that matches the operands more
+// exactly than pg_catalog's and so wins (CVE-2018-1058): every operator is
+// pg_catalog's, named with OPERATOR(), on operands of exactly its types.
 const lookSQL = `SELECT n.nspname,
-    (SELECT count(*) FROM pg_catalog.pg_attribute a
-      WHERE a.attrelid = c.oid AND a.attname IN ('holder', 'epoch') AND NOT a.attisdropped) = 2,
-    (SELECT count(*) FROM pg_catalog.pg_trigger g JOIN pg_catalog.pg_proc p ON p.oid = g.tgfoid
-      WHERE g.tgrelid = c.oid AND g.tgenabled IN ('O', 'A') AND g.tgqual IS NULL
-        AND (g.tgname, g.tgtype) IN (('` + rowTrigger + `', ` + rowTriggerType + `), ('` + truncateTrigger + `', ` + truncateTriggerType + `))
-        AND p.proowner = c.relowner AND p.prosrc = $2 AND p.proconfig = ARRAY['` + triggerConfig + `']) = 2
-FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE c.oid = pg_catalog.to_regclass($1)`
+    (SELECT pg_catalog.count(*) FROM pg_catalog.pg_attribute a
+      WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid AND NOT a.attisdropped
+        AND a.attname OPERATOR(pg_catalog.=) ANY (ARRAY['holder', 'epoch']::pg_catalog.name[])) OPERATOR(pg_catalog.=) 2::pg_catalog.int8,
+    (SELECT pg_catalog.count(*) FROM pg_catalog.pg_trigger g JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) g.tgfoid
+      WHERE g.tgrelid OPERATOR(pg_catalog.=) c.oid AND g.tgenabled OPERATOR(pg_catalog.=) ANY (ARRAY['O', 'A']::pg_catalog."char"[])
+        AND g.tgqual IS NULL
+        AND ((g.tgname OPERATOR(pg_catalog.=) '` + rowTrigger + `'::pg_catalog.name AND g.tgtype OPERATOR(pg_catalog.=) ` + rowTriggerType + `::pg_catalog.int2)
+          OR (g.tgname OPERATOR(pg_catalog.=) '` + truncateTrigger + `'::pg_catalog.name AND g.tgtype OPERATOR(pg_catalog.=) ` + truncateTriggerType + `::pg_catalog.int2))
+        AND p.proowner OPERATOR(pg_catalog.=) c.relowner AND p.prosrc OPERATOR(pg_catalog.=) $2::pg_catalog.text
+        AND p.proconfig OPERATOR(pg_catalog.=) ARRAY['` + triggerConfig + `']::pg_catalog.text[]) OPERATOR(pg_catalog.=) 2::pg_catalog.int8
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($1::pg_catalog.text)::pg_catalog.oid`
 
 // pg_trigger.tgtype of the two triggers: ROW (1) | BEFORE (2) | DELETE (8)
 // | UPDATE (16), and BEFORE (2) | TRUNCATE (32), statement level.

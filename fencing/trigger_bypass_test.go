@@ -1,0 +1,111 @@
+package fencing_test
+
+// Ways around the fence triggers that an adversarial review of issue #32
+// found, each against a secured server with a co-tenant role: an operator
+// that spoofs Migrate's catalog look, a replica session, a trigger of the
+// co-tenant's own, Migrate run by a member of the owner role or a
+// superuser, two owners in one schema, and an advisory lock held to stall
+// the upgrade.
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/fencing"
+	"github.com/distlock/distlock/internal/testserver"
+)
+
+const bypassTenantPW = "tenant-bypass-pw-0123456789"
+
+type bypassEnv struct {
+	s                         *testserver.SecuredPostgres
+	admin, owner, app, tenant *pgxpool.Pool
+}
+
+// bypassSetup starts a secured server and a co-tenant role "tenant" with
+// USAGE on public and a schema of its own. The data table of write()
+// exists (owned by fence_owner, granted to app).
+func bypassSetup(t *testing.T) *bypassEnv {
+	s := testserver.PostgresSecured(t)
+	e := &bypassEnv{s: s}
+	e.admin = rolePool(t, s.DSN(), nil)
+	e.owner = rolePool(t, s.Migrator.DSN, nil)
+	mustExec(t, e.owner, `CREATE TABLE data (resource text PRIMARY KEY, value text NOT NULL, n bigint NOT NULL DEFAULT 0)`)
+	mustExec(t, e.owner, `GRANT SELECT, INSERT, UPDATE ON data TO app`)
+	e.app = rolePool(t, s.Runtime.DSN, nil)
+	mustExec(t, e.admin, `CREATE ROLE tenant LOGIN PASSWORD '`+bypassTenantPW+`'`)
+	mustExec(t, e.admin, `GRANT USAGE ON SCHEMA public TO tenant`)
+	mustExec(t, e.admin, `CREATE SCHEMA tenant_own AUTHORIZATION tenant`)
+	e.tenant = rolePool(t, s.RoleDSN("tenant", bypassTenantPW), nil)
+	return e
+}
+
+// previousRelease is the fence table of the release before the triggers.
+const previousRelease = `CREATE TABLE distlock_fence (resource text PRIMARY KEY, epoch bigint NOT NULL DEFAULT 0, token bigint NOT NULL, holder text)`
+
+func distlockTriggers(t *testing.T, db fencing.DB, table string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname LIKE 'distlock%'`, table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// wantStaleAfterCurrent writes token 10 as "current", then token 9 as
+// "stale", which must be refused.
+func wantStaleAfterCurrent(t *testing.T, e *bypassEnv) {
+	t.Helper()
+	ctx := context.Background()
+	if err := write(ctx, e.app, "acct", distlock.Fence{Epoch: 1, Token: 10, Holder: "current"}, "current's"); err != nil {
+		t.Fatal(err)
+	}
+	stale := distlock.Fence{Epoch: 1, Token: 9, Holder: "stale"}
+	if err := write(ctx, e.app, "acct", stale, "stale's"); !errors.Is(err, fencing.ErrStaleToken) {
+		t.Fatalf("stale holder %+v after token 10: err=%v, data now %q", stale, err, value(t, e.admin, "acct"))
+	}
+}
+
+// Migrate's look at the catalog compares with pg_catalog's operators only:
+// an operator = (oid, regclass) that a co-tenant with CREATE on public
+// adds, which would match more exactly than pg_catalog's, cannot point it
+// at a decoy table with intact triggers (CVE-2018-1058's pattern). The
+// owner's Migrate then upgrades the real table.
+func TestMigrateLookIgnoresCoTenantOperators(t *testing.T) {
+	ctx := context.Background()
+	e := bypassSetup(t)
+	mustExec(t, e.admin, `GRANT CREATE ON SCHEMA public TO tenant`)
+	mustExec(t, e.owner, previousRelease)
+	mustExec(t, e.owner, `GRANT SELECT, INSERT, UPDATE ON distlock_fence TO app, tenant`)
+	decoy, err := fencing.NewTable("tenant_own", "decoy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := decoy.Create(ctx, e.tenant); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, e.tenant, `GRANT USAGE ON SCHEMA tenant_own TO PUBLIC`)
+	mustExec(t, e.tenant, `CREATE FUNCTION public.oid_eq_regclass(o oid, r regclass) RETURNS boolean LANGUAGE sql STABLE
+		SET search_path = pg_catalog AS $$ SELECT CASE WHEN r = 'public.distlock_fence'::regclass THEN o = 'tenant_own.decoy'::regclass ELSE o = r END $$`)
+	mustExec(t, e.tenant, `CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regclass, FUNCTION = public.oid_eq_regclass)`)
+	mustExec(t, e.tenant, `CREATE FUNCTION public.text_arr_eq(text[], text[]) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT true'`)
+	mustExec(t, e.tenant, `CREATE OPERATOR public.= (LEFTARG = text[], RIGHTARG = text[], FUNCTION = public.text_arr_eq)`)
+
+	if err := fencing.Migrate(ctx, e.owner); err != nil {
+		t.Fatalf("owner's Migrate: %v", err)
+	}
+	if n := distlockTriggers(t, e.admin, "public.distlock_fence"); n != 2 {
+		t.Fatalf("owner's Migrate left %d distlock triggers on the real table, want 2", n)
+	}
+	if err := write(ctx, e.app, "acct", distlock.Fence{Epoch: 1, Token: 10, Holder: "current"}, "current's"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.tenant.Exec(ctx, `UPDATE distlock_fence SET token = 1 WHERE resource = 'acct'`); err == nil {
+		t.Fatal("the co-tenant lowered the fence")
+	}
+	wantStale(t, write(ctx, e.app, "acct", distlock.Fence{Epoch: 1, Token: 9, Holder: "stale"}, "x"), 9, 10)
+}
