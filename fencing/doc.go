@@ -141,7 +141,8 @@
 // update lowering a row's (epoch, token) or changing its holder at an equal
 // pair, and every DELETE and TRUNCATE. They bind every role; only the
 // table's owner can lower a fence, by disabling the trigger
-// distlock_fence_no_lowering in the transaction that lowers it.
+// distlock_fence_no_lowering in the transaction that lowers it (and ENABLE
+// ALWAYS TRIGGER again: they fire in replica sessions too).
 //
 // The database refusing the role — a wrong password (SQLSTATE 28P01), no
 // pg_hba.conf entry (28000), a missing privilege (42501) — or the client

@@ -249,7 +249,7 @@ func ownerLowers(t *testing.T, owner, admin, app *pgxpool.Pool) {
 	defer tx.Rollback(ctx)
 	mustExec(t, tx, `ALTER TABLE distlock_fence DISABLE TRIGGER distlock_fence_no_lowering`)
 	mustExec(t, tx, `UPDATE distlock_fence SET epoch = 0, token = 1 WHERE resource = 'acct'`)
-	mustExec(t, tx, `ALTER TABLE distlock_fence ENABLE TRIGGER distlock_fence_no_lowering`)
+	mustExec(t, tx, `ALTER TABLE distlock_fence ENABLE ALWAYS TRIGGER distlock_fence_no_lowering`)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ const (
 const triggerBody = `
 DECLARE
     hint CONSTANT text := 'Only the table''s owner can lower a fence: ALTER TABLE ... DISABLE TRIGGER '
-        || TG_NAME || ', lower it and ENABLE TRIGGER again, in one transaction.';
+        || TG_NAME || ', lower it and ENABLE ALWAYS TRIGGER again, in one transaction.';
 BEGIN
     IF TG_OP = 'TRUNCATE' THEN
         RAISE EXCEPTION USING ERRCODE = 'check_violation', HINT = hint, SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME,
@@ -58,7 +58,7 @@ const triggerConfig = "search_path=pg_catalog, pg_temp"
 
 // lookSQL finds the table ($1) as the guard does (search_path) and says in
 // which schema, whether it has the holder and epoch columns, and whether
-// both triggers are there, enabled, unconditional, on the right events and
+// both triggers are there, enabled ALWAYS, unconditional, on the right events and
 // running this version's function ($2), with its search_path pinned,
 // owned by the table's owner. No row: no such table. It reads only the
 // catalog, which every role may.
@@ -72,7 +72,7 @@ const lookSQL = `SELECT n.nspname,
       WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid AND NOT a.attisdropped
         AND a.attname OPERATOR(pg_catalog.=) ANY (ARRAY['holder', 'epoch']::pg_catalog.name[])) OPERATOR(pg_catalog.=) 2::pg_catalog.int8,
     (SELECT pg_catalog.count(*) FROM pg_catalog.pg_trigger g JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) g.tgfoid
-      WHERE g.tgrelid OPERATOR(pg_catalog.=) c.oid AND g.tgenabled OPERATOR(pg_catalog.=) ANY (ARRAY['O', 'A']::pg_catalog."char"[])
+      WHERE g.tgrelid OPERATOR(pg_catalog.=) c.oid AND g.tgenabled OPERATOR(pg_catalog.=) 'A'::pg_catalog."char"
         AND g.tgqual IS NULL
         AND ((g.tgname OPERATOR(pg_catalog.=) '` + rowTrigger + `'::pg_catalog.name AND g.tgtype OPERATOR(pg_catalog.=) ` + rowTriggerType + `::pg_catalog.int2)
           OR (g.tgname OPERATOR(pg_catalog.=) '` + truncateTrigger + `'::pg_catalog.name AND g.tgtype OPERATOR(pg_catalog.=) ` + truncateTriggerType + `::pg_catalog.int2))
@@ -108,5 +108,9 @@ func (t *Table) upgradeScript(fnSchema []string) string {
 		"DROP TRIGGER IF EXISTS " + rowTrigger + " ON " + t.name + ";\n" +
 		"CREATE TRIGGER " + rowTrigger + " BEFORE UPDATE OR DELETE ON " + t.name + " FOR EACH ROW EXECUTE FUNCTION " + fn + "();\n" +
 		"DROP TRIGGER IF EXISTS " + truncateTrigger + " ON " + t.name + ";\n" +
-		"CREATE TRIGGER " + truncateTrigger + " BEFORE TRUNCATE ON " + t.name + " FOR EACH STATEMENT EXECUTE FUNCTION " + fn + "()"
+		"CREATE TRIGGER " + truncateTrigger + " BEFORE TRUNCATE ON " + t.name + " FOR EACH STATEMENT EXECUTE FUNCTION " + fn + "();\n" +
+		// ALWAYS: an origin trigger does not fire in a session with
+		// session_replication_role = replica, which a role may be
+		// granted to set without owning the table.
+		"ALTER TABLE " + t.name + " ENABLE ALWAYS TRIGGER " + rowTrigger + ", ENABLE ALWAYS TRIGGER " + truncateTrigger
 }

@@ -109,3 +109,36 @@ func TestMigrateLookIgnoresCoTenantOperators(t *testing.T) {
 	}
 	wantStale(t, write(ctx, e.app, "acct", distlock.Fence{Epoch: 1, Token: 9, Holder: "stale"}, "x"), 9, 10)
 }
+
+// The triggers fire in a session with session_replication_role = replica
+// (ENABLE ALWAYS), which a role granted SET on that parameter may start
+// without owning the table; a trigger switched back to ENABLE (origin) is
+// not current.
+func TestReplicaSessionCannotSkipTheTriggers(t *testing.T) {
+	ctx := context.Background()
+	e := bypassSetup(t)
+	if err := fencing.Migrate(ctx, e.owner); err != nil {
+		t.Fatal(err)
+	}
+	e.s.GrantRuntime(t, "distlock_fence")
+	mustExec(t, e.owner, `GRANT SELECT, INSERT, UPDATE ON distlock_fence TO tenant`)
+	mustExec(t, e.admin, `GRANT SET ON PARAMETER session_replication_role TO tenant`)
+	if err := write(ctx, e.app, "acct", distlock.Fence{Epoch: 1, Token: 10, Holder: "current"}, "current's"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.tenant.Exec(ctx, `SET session_replication_role = replica; UPDATE distlock_fence SET token = 1 WHERE resource = 'acct'; RESET session_replication_role`); err == nil {
+		t.Fatal("the co-tenant lowered the fence in a replica session")
+	}
+	wantStale(t, write(ctx, e.app, "acct", distlock.Fence{Epoch: 1, Token: 9, Holder: "stale"}, "x"), 9, 10)
+
+	mustExec(t, e.owner, `ALTER TABLE distlock_fence ENABLE TRIGGER distlock_fence_no_lowering`)
+	if err := fencing.Migrate(ctx, e.app); err == nil {
+		t.Fatal("runtime Migrate took a table whose trigger fires only in origin sessions for current")
+	}
+	if err := fencing.Migrate(ctx, e.owner); err != nil {
+		t.Fatalf("owner's Migrate: %v", err)
+	}
+	if err := fencing.Migrate(ctx, e.app); err != nil {
+		t.Fatalf("runtime Migrate after the owner's: %v", err)
+	}
+}
