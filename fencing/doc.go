@@ -55,10 +55,11 @@
 //	ON CONFLICT (resource) DO UPDATE SET epoch = excluded.epoch, token = excluded.token, holder = excluded.holder
 //	WHERE (f.epoch, f.token) < (excluded.epoch, excluded.token)
 //	   OR (f.epoch = excluded.epoch AND f.token = excluded.token AND f.holder = excluded.holder)
-//	RETURNING token
+//	RETURNING epoch, token
 //
 // No row back means the caller is stale: a larger token is stored, or the
-// same token from another holder. The upsert keeps the fence row locked
+// same token from another holder. A row other than the one written means a
+// trigger of someone else's rewrote it ([ErrForeignTrigger]). The upsert keeps the fence row locked
 // until the transaction ends, so guarded transactions on one resource run
 // one after another. [WithGuard] wraps it all: begin, guard, run the
 // caller's function, commit only if everything held.
@@ -142,7 +143,10 @@
 // pair, and every DELETE and TRUNCATE. They bind every role; only the
 // table's owner can lower a fence, by disabling the trigger
 // distlock_fence_no_lowering in the transaction that lowers it (and ENABLE
-// ALWAYS TRIGGER again: they fire in replica sessions too).
+// ALWAYS TRIGGER again: they fire in replica sessions too). No other
+// trigger may be on the table (Migrate reports one as [ErrForeignTrigger]):
+// granting TRIGGER, part of GRANT ALL, on it trusts the grantee as much as
+// the owner.
 //
 // The database refusing the role — a wrong password (SQLSTATE 28P01), no
 // pg_hba.conf entry (28000), a missing privilege (42501) — or the client

@@ -209,7 +209,7 @@ func NewTable(name ...string) (*Table, error) {
 				"excluded.holder") + " " + // mutation: equal-token-accepted
 			"WHERE (f.epoch, f.token) < (excluded.epoch, excluded.token) OR (f.epoch = excluded.epoch AND f.token = excluded.token AND " +
 			mutation.Pick("equal-token-accepted", "TRUE", "f.holder = excluded.holder") + ") " + // mutation: equal-token-accepted
-			"RETURNING token",
+			"RETURNING epoch, token",
 		storedSQL: "SELECT epoch, token, holder FROM " + q + " WHERE resource = $1",
 		lookSQL:   lookSQL,
 		columnsSQL: "ALTER TABLE " + q + " ADD COLUMN IF NOT EXISTS holder text, " +
@@ -309,15 +309,22 @@ func (t *Table) Create(ctx context.Context, db DB) error {
 
 // look reports the schema of the table where the guard finds it ("" if
 // there is none), and whether it has every column and trigger of this
-// version.
+// version. A foreign trigger on the table is an error matching
+// ErrForeignTrigger: it could rewrite any fence (a BEFORE INSERT trigger
+// the row check never sees), and an upgrade would leave it there.
 func (t *Table) look(ctx context.Context, db DB) (schema string, current bool, err error) {
 	var columns, triggers bool
-	err = db.QueryRow(ctx, t.lookSQL, t.name, triggerBody).Scan(&schema, &columns, &triggers)
+	var foreign *string
+	err = db.QueryRow(ctx, t.lookSQL, t.name, triggerBody).Scan(&schema, &columns, &triggers, &foreign)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return "", false, nil
 	case err != nil:
 		return "", false, dbErr("fencing: look for table %s: %w", t.name, err)
+	case foreign != nil:
+		return schema, false, fmt.Errorf("%w: trigger %s on %s; only the table's owner may put a trigger there "+
+			"(granting TRIGGER, or ALL, on the fence table trusts the grantee as its owner): drop it, then run Migrate again",
+			ErrForeignTrigger, pgx.Identifier{*foreign}.Sanitize(), pgx.Identifier{schema, t.parts[len(t.parts)-1]}.Sanitize())
 	}
 	return schema, columns && triggers, nil
 }
@@ -344,8 +351,14 @@ func (t *Table) Guard(ctx context.Context, tx pgx.Tx, resource string, f distloc
 	if err := checkGuard(ctx, tx, resource, f); err != nil {
 		return err
 	}
-	var got int64
-	err := tx.QueryRow(ctx, t.guardSQL, resource, f.Epoch, int64(f.Token), f.Holder).Scan(&got)
+	var epoch, token int64
+	err := tx.QueryRow(ctx, t.guardSQL, resource, f.Epoch, int64(f.Token), f.Holder).Scan(&epoch, &token)
+	if err == nil && (epoch != f.Epoch || token != int64(f.Token)) {
+		// RETURNING shows the row as stored: a BEFORE INSERT trigger of
+		// someone else's changed it, which no trigger of ours can see.
+		return fmt.Errorf("%w: guard %q wrote (epoch %d, token %d) but the table stored (epoch %d, token %d)",
+			ErrForeignTrigger, resource, f.Epoch, f.Token, epoch, token)
+	}
 	if err == nil {
 		return nil
 	}

@@ -8,6 +8,9 @@ import "github.com/jackc/pgx/v5"
 // only the table's owner can lower a fence, by disabling them.
 const (
 	// rowTrigger refuses an UPDATE that lowers a fence, and every DELETE.
+	// It runs AFTER the row is written, so it checks the row as stored,
+	// after every BEFORE trigger (a foreign one that sorts after it could
+	// rewrite NEW); a raise there still aborts the statement.
 	rowTrigger = "distlock_fence_no_lowering"
 	// truncateTrigger refuses TRUNCATE, which deletes every fence.
 	truncateTrigger = "distlock_fence_no_truncate"
@@ -60,8 +63,9 @@ const triggerConfig = "search_path=pg_catalog, pg_temp"
 // which schema, whether it has the holder and epoch columns, and whether
 // both triggers are there, enabled ALWAYS, unconditional, on the right events and
 // running this version's function ($2), with its search_path pinned,
-// owned by the table's owner. No row: no such table. It reads only the
-// catalog, which every role may.
+// owned by the table's owner; and the first trigger on it, if any, that is
+// neither of them nor internal (a foreign key's). No row: no such table.
+// It reads only the catalog, which every role may.
 //
 // It runs under the caller's search_path, where a role with CREATE on a
 // schema of the path can add an operator that matches the operands more
@@ -77,14 +81,17 @@ const lookSQL = `SELECT n.nspname,
         AND ((g.tgname OPERATOR(pg_catalog.=) '` + rowTrigger + `'::pg_catalog.name AND g.tgtype OPERATOR(pg_catalog.=) ` + rowTriggerType + `::pg_catalog.int2)
           OR (g.tgname OPERATOR(pg_catalog.=) '` + truncateTrigger + `'::pg_catalog.name AND g.tgtype OPERATOR(pg_catalog.=) ` + truncateTriggerType + `::pg_catalog.int2))
         AND p.proowner OPERATOR(pg_catalog.=) c.relowner AND p.prosrc OPERATOR(pg_catalog.=) $2::pg_catalog.text
-        AND p.proconfig OPERATOR(pg_catalog.=) ARRAY['` + triggerConfig + `']::pg_catalog.text[]) OPERATOR(pg_catalog.=) 2::pg_catalog.int8
+        AND p.proconfig OPERATOR(pg_catalog.=) ARRAY['` + triggerConfig + `']::pg_catalog.text[]) OPERATOR(pg_catalog.=) 2::pg_catalog.int8,
+    (SELECT pg_catalog.min(g.tgname::pg_catalog.text) FROM pg_catalog.pg_trigger g
+      WHERE g.tgrelid OPERATOR(pg_catalog.=) c.oid AND NOT g.tgisinternal
+        AND g.tgname OPERATOR(pg_catalog.<>) ALL (ARRAY['` + rowTrigger + `', '` + truncateTrigger + `']::pg_catalog.name[]))
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
 WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($1::pg_catalog.text)::pg_catalog.oid`
 
-// pg_trigger.tgtype of the two triggers: ROW (1) | BEFORE (2) | DELETE (8)
-// | UPDATE (16), and BEFORE (2) | TRUNCATE (32), statement level.
+// pg_trigger.tgtype of the two triggers: ROW (1) | DELETE (8) | UPDATE
+// (16), AFTER (no bit), and BEFORE (2) | TRUNCATE (32), statement level.
 const (
-	rowTriggerType      = "27"
+	rowTriggerType      = "25"
 	truncateTriggerType = "34"
 )
 
@@ -106,7 +113,7 @@ func (t *Table) upgradeScript(fnSchema []string) string {
 		"SELECT pg_catalog.pg_advisory_xact_lock(" + migrateLock + ");\n" +
 		"CREATE OR REPLACE FUNCTION " + fn + "() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $distlock$" + triggerBody + "$distlock$;\n" +
 		"DROP TRIGGER IF EXISTS " + rowTrigger + " ON " + t.name + ";\n" +
-		"CREATE TRIGGER " + rowTrigger + " BEFORE UPDATE OR DELETE ON " + t.name + " FOR EACH ROW EXECUTE FUNCTION " + fn + "();\n" +
+		"CREATE TRIGGER " + rowTrigger + " AFTER UPDATE OR DELETE ON " + t.name + " FOR EACH ROW EXECUTE FUNCTION " + fn + "();\n" +
 		"DROP TRIGGER IF EXISTS " + truncateTrigger + " ON " + t.name + ";\n" +
 		"CREATE TRIGGER " + truncateTrigger + " BEFORE TRUNCATE ON " + t.name + " FOR EACH STATEMENT EXECUTE FUNCTION " + fn + "();\n" +
 		// ALWAYS: an origin trigger does not fire in a session with

@@ -10,6 +10,7 @@ package fencing_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -141,4 +142,60 @@ func TestReplicaSessionCannotSkipTheTriggers(t *testing.T) {
 	if err := fencing.Migrate(ctx, e.app); err != nil {
 		t.Fatalf("runtime Migrate after the owner's: %v", err)
 	}
+}
+
+// A co-tenant with only the TRIGGER privilege (part of GRANT ALL) adds a
+// BEFORE UPDATE trigger that sorts after distlock's and lowers NEW. The
+// row check runs after every BEFORE trigger, so the lowered row is
+// refused; and Migrate, for every role, reports the foreign trigger by
+// name instead of taking the table for current.
+func TestForeignTriggerCannotLowerAFence(t *testing.T) {
+	ctx := context.Background()
+	e := bypassSetup(t)
+	if err := fencing.Migrate(ctx, e.owner); err != nil {
+		t.Fatal(err)
+	}
+	e.s.GrantRuntime(t, "distlock_fence")
+	mustExec(t, e.owner, `GRANT TRIGGER ON distlock_fence TO tenant`) // no SELECT/INSERT/UPDATE/DELETE at all
+	if err := write(ctx, e.app, "acct", distlock.Fence{Epoch: 1, Token: 10, Holder: "current"}, "current's"); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, e.tenant, `CREATE FUNCTION tenant_own.lower() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF TG_OP = 'UPDATE' THEN NEW.token := 1; END IF; RETURN NEW; END $$`)
+	mustExec(t, e.tenant, `CREATE TRIGGER zz_lower BEFORE INSERT OR UPDATE ON public.distlock_fence
+		FOR EACH ROW EXECUTE FUNCTION tenant_own.lower()`)
+	for name, db := range map[string]*pgxpool.Pool{"runtime": e.app, "owner": e.owner} {
+		err := fencing.Migrate(ctx, db)
+		if !errors.Is(err, fencing.ErrForeignTrigger) || !strings.Contains(err.Error(), "zz_lower") {
+			t.Fatalf("%s Migrate with the co-tenant's trigger on the table: %v, want ErrForeignTrigger naming zz_lower", name, err)
+		}
+	}
+	if err := write(ctx, e.app, "acct", distlock.Fence{Epoch: 1, Token: 11, Holder: "current"}, "current's"); err == nil {
+		t.Fatal("a guarded write whose row a foreign trigger lowered to token 1 was accepted")
+	}
+	if got := storedFence(t, e.admin, "acct"); got.Token != 10 {
+		t.Fatalf("stored fence %+v, want token 10", got)
+	}
+	wantStale(t, write(ctx, e.app, "acct", distlock.Fence{Epoch: 1, Token: 9, Holder: "stale"}, "x"), 9, 10)
+
+	// On INSERT no trigger of distlock's runs: the guard sees the stored
+	// row (RETURNING) differ from the one it wrote.
+	mustExec(t, e.tenant, `CREATE OR REPLACE FUNCTION tenant_own.lower() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN NEW.token := 1; RETURN NEW; END $$`)
+	err := write(ctx, e.app, "fresh", distlock.Fence{Epoch: 1, Token: 10, Holder: "current"}, "current's")
+	if !errors.Is(err, fencing.ErrForeignTrigger) {
+		t.Fatalf("a guarded insert that a foreign trigger rewrote to token 1: %v, want ErrForeignTrigger", err)
+	}
+	if n := rowCount(t, e.admin, "fresh"); n != 0 {
+		t.Fatalf("the rewritten fence was kept (%d rows)", n)
+	}
+}
+
+func rowCount(t *testing.T, db fencing.DB, resource string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM distlock_fence WHERE resource = $1`, resource).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
