@@ -251,7 +251,7 @@ func TestConcurrentMigrateAddsEpoch(t *testing.T) {
 	}
 	for {
 		var waiting int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND starts_with(query, 'ALTER TABLE')`).Scan(&waiting); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND strpos(query, 'ALTER TABLE') > 0`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		if waiting == n {

@@ -244,15 +244,19 @@ func (t *Table) DDL() string { return t.ddl }
 
 // UpgradeDDL returns the statements that bring a fence table created by
 // this or an earlier version of this package up to date, keeping its rows
-// (those without an epoch get 0): ALTER TABLE … ADD COLUMN IF NOT EXISTS
-// holder text, ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0;
-// then the function distlock_fence_no_lowering() and the triggers
-// distlock_fence_no_lowering (BEFORE UPDATE OR DELETE, each row) and
-// distlock_fence_no_truncate (BEFORE TRUNCATE), which refuse a lowered,
-// moved or deleted fence. The function goes to the table's schema when the
-// name is schema-qualified, else to the first schema of the search_path.
-// Run them as the table's owner, in one transaction (as one query they run
-// in one). Create runs them when needed.
+// (those without an epoch get 0): a switch to the table's owner (SET LOCAL
+// ROLE, so that what it creates is the owner's whoever runs it); ALTER
+// TABLE … ADD COLUMN IF NOT EXISTS holder text, ADD COLUMN IF NOT EXISTS
+// epoch bigint NOT NULL DEFAULT 0; then the table's trigger function
+// (distlock_fence_no_lowering() for DefaultTable, a name derived from the
+// table's for others) and the triggers distlock_fence_no_lowering (AFTER
+// UPDATE OR DELETE, each row) and distlock_fence_no_truncate (BEFORE
+// TRUNCATE), enabled ALWAYS, which refuse a lowered, moved or deleted
+// fence. The function goes to the table's schema when the name is
+// schema-qualified, else to the first schema of the search_path. Run them
+// as the table's owner, a member of its role or a superuser, in one
+// transaction (as one query they run in one). Create runs them when
+// needed.
 func (t *Table) UpgradeDDL() string {
 	return t.upgradeScript(t.parts[:len(t.parts)-1])
 }

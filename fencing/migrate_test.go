@@ -112,7 +112,7 @@ func testConcurrentMigrate(t *testing.T, pool *pgxpool.Pool, dsn string) {
 		for {
 			var waiting int
 			err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE wait_event_type = 'Lock' AND starts_with(query, $1)`, queued).Scan(&waiting)
+				WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0`, queued).Scan(&waiting)
 			if err != nil {
 				t.Fatal(err)
 			}

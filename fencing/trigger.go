@@ -1,6 +1,12 @@
 package fencing
 
-import "github.com/jackc/pgx/v5"
+import (
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // A role that may UPDATE the fence table — every runtime role, since Guard
 // needs it — could otherwise set a row back by hand and let a stale holder
@@ -14,7 +20,8 @@ const (
 	rowTrigger = "distlock_fence_no_lowering"
 	// truncateTrigger refuses TRUNCATE, which deletes every fence.
 	truncateTrigger = "distlock_fence_no_truncate"
-	// triggerFunc runs both; one per schema, shared by its fence tables.
+	// triggerFunc runs both, for DefaultTable; other tables get one of
+	// their own (funcName), owned by their owner.
 	triggerFunc = "distlock_fence_no_lowering"
 )
 
@@ -102,14 +109,31 @@ const (
 // one table.
 const migrateLock = "7235441220220052331" // "distlock", read as a big-endian int64
 
+// funcName is the name of the table's trigger function. Each table has its
+// own, so two tables of one schema with different owners each own theirs
+// (a shared one could only be replaced by its owner, and a function owned
+// by another role than the table's could change what the trigger does).
+func funcName(table string) string {
+	if table == DefaultTable {
+		return triggerFunc
+	}
+	h := fnv.New64a()
+	h.Write([]byte(table))
+	return fmt.Sprintf("%s_%016x", triggerFunc, h.Sum64())
+}
+
 // upgradeScript brings the table up to date: the holder and epoch columns,
-// then triggerFunc (in the schema named by fnSchema, or the first schema
-// of the search_path if fnSchema is empty) and both triggers. It is one
-// simple-protocol query, so PostgreSQL runs it as one transaction; only
-// the table's owner may run it.
+// then its trigger function (in the schema named by fnSchema, or the first
+// schema of the search_path if fnSchema is empty) and both triggers. It is
+// one simple-protocol query, so PostgreSQL runs it as one transaction; only
+// the table's owner, a member of its role or a superuser may run it. It
+// first switches to the table's owner (SET LOCAL ROLE), so that the
+// function is the owner's, as lookSQL requires, whoever runs it.
 func (t *Table) upgradeScript(fnSchema []string) string {
-	fn := pgx.Identifier(append(append([]string(nil), fnSchema...), triggerFunc)).Sanitize()
-	return t.columnsSQL + ";\n" +
+	fn := pgx.Identifier(append(append([]string(nil), fnSchema...), funcName(t.parts[len(t.parts)-1]))).Sanitize()
+	return "SELECT pg_catalog.set_config('role', (SELECT pg_catalog.pg_get_userbyid(c.relowner)::pg_catalog.text FROM pg_catalog.pg_class c " +
+		"WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(" + sqlString(t.name) + "::pg_catalog.text)::pg_catalog.oid), true);\n" +
+		t.columnsSQL + ";\n" +
 		"SELECT pg_catalog.pg_advisory_xact_lock(" + migrateLock + ");\n" +
 		"CREATE OR REPLACE FUNCTION " + fn + "() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $distlock$" + triggerBody + "$distlock$;\n" +
 		"DROP TRIGGER IF EXISTS " + rowTrigger + " ON " + t.name + ";\n" +
@@ -120,4 +144,10 @@ func (t *Table) upgradeScript(fnSchema []string) string {
 		// session_replication_role = replica, which a role may be
 		// granted to set without owning the table.
 		"ALTER TABLE " + t.name + " ENABLE ALWAYS TRIGGER " + rowTrigger + ", ENABLE ALWAYS TRIGGER " + truncateTrigger
+}
+
+// sqlString quotes s as an escape string literal, which reads the same
+// whatever standard_conforming_strings says.
+func sqlString(s string) string {
+	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(s) + "'"
 }

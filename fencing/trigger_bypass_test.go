@@ -199,3 +199,68 @@ func rowCount(t *testing.T, db fencing.DB, resource string) int {
 	}
 	return n
 }
+
+// Migrate run by a role that has the owner's rights without being it (a
+// member of the owner role, or a superuser, a common way to run
+// migrations) leaves the trigger function owned by the table's owner, so
+// the table counts as current for every role afterwards.
+func TestMigrateByOwnerMemberOrSuperuserLeavesTableCurrent(t *testing.T) {
+	ctx := context.Background()
+	e := bypassSetup(t)
+	mustExec(t, e.admin, `CREATE ROLE deployer LOGIN PASSWORD 'deployer-bypass-pw' IN ROLE fence_owner`)
+	deployer := rolePool(t, e.s.RoleDSN("deployer", "deployer-bypass-pw"), nil)
+	mustExec(t, e.owner, previousRelease)
+	e.s.GrantRuntime(t, "distlock_fence")
+	for _, m := range []struct {
+		name string
+		db   *pgxpool.Pool
+	}{{"member of the owner role", deployer}, {"superuser", e.admin}} {
+		mustExec(t, e.owner, `DROP TRIGGER IF EXISTS distlock_fence_no_truncate ON distlock_fence`)
+		for range 2 {
+			if err := fencing.Migrate(ctx, m.db); err != nil {
+				t.Fatalf("Migrate by a %s: %v", m.name, err)
+			}
+		}
+		if err := fencing.Migrate(ctx, e.owner); err != nil {
+			t.Fatalf("owner's Migrate after a %s's: %v", m.name, err)
+		}
+		if err := fencing.Migrate(ctx, e.app); err != nil {
+			t.Fatalf("runtime Migrate after a %s's: %v", m.name, err)
+		}
+	}
+	wantStaleAfterCurrent(t, e)
+}
+
+// Two applications, each with its own fence table and migrating role, in
+// one schema: each table gets a trigger function of its own, owned by its
+// owner, so both migrate and both stay current.
+func TestTwoFenceTableOwnersInOneSchema(t *testing.T) {
+	ctx := context.Background()
+	e := bypassSetup(t)
+	if err := fencing.Migrate(ctx, e.owner); err != nil {
+		t.Fatal(err)
+	}
+	e.s.GrantRuntime(t, "distlock_fence")
+	mustExec(t, e.admin, `CREATE ROLE owner2 LOGIN PASSWORD 'owner2-bypass-pw'`)
+	mustExec(t, e.admin, `GRANT USAGE, CREATE ON SCHEMA public TO owner2`)
+	owner2 := rolePool(t, e.s.RoleDSN("owner2", "owner2-bypass-pw"), nil)
+	other, err := fencing.NewTable("billing_fence")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := other.Create(ctx, owner2); err != nil {
+			t.Fatalf("owner2's Create of its own fence table billing_fence: %v", err)
+		}
+		if err := fencing.Migrate(ctx, e.owner); err != nil {
+			t.Fatalf("owner's Migrate after owner2's Create: %v", err)
+		}
+	}
+	if _, err := owner2.Exec(ctx, `INSERT INTO billing_fence VALUES ('x', 0, 5, 'h')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner2.Exec(ctx, `UPDATE billing_fence SET token = 1`); err == nil {
+		t.Fatal("billing_fence's fence went down")
+	}
+	wantStaleAfterCurrent(t, e)
+}
