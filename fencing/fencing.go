@@ -303,10 +303,11 @@ func (t *Table) Create(ctx context.Context, db DB) error {
 	// queues them on the table lock, and what the first one made the
 	// later ones make again, harmlessly. It runs only when something is
 	// missing: ALTER TABLE takes an ACCESS EXCLUSIVE lock even when it has
-	// nothing to do, and needs the owner.
+	// nothing to do, and needs the owner. It waits for that lock at most
+	// lockTimeout, so that the guards queued behind it are not stalled.
 	if _, err := db.Exec(ctx, t.upgradeScript([]string{schema})); err != nil {
 		return dbErr("fencing: bring %s up to date (the holder and epoch columns, the triggers that refuse a lowered fence; "+
-			"this needs the table's owner): %w", t.name, err)
+			"this needs the table's owner, and no other transaction on the table for %s): %w", t.name, lockTimeout, err)
 	}
 	return nil
 }

@@ -102,12 +102,11 @@ const (
 	truncateTriggerType = "34"
 )
 
-// migrateLock is the transaction-level advisory lock that serialises the
-// installation of triggerFunc: fence tables of one schema share it, and
-// two CREATE OR REPLACE FUNCTION at once can fail ("tuple concurrently
-// updated"). The ALTER TABLE before it already serialises the upgrades of
-// one table.
-const migrateLock = "7235441220220052331" // "distlock", read as a big-endian int64
+// lockTimeout bounds the upgrade's wait for the table: its ALTER TABLE
+// queues for ACCESS EXCLUSIVE behind open guard transactions, and every
+// guard queues behind it, so a long wait would stall them all. Migrate
+// fails instead, and the next start-up tries again.
+const lockTimeout = "5s"
 
 // funcName is the name of the table's trigger function. Each table has its
 // own, so two tables of one schema with different owners each own theirs
@@ -131,10 +130,12 @@ func funcName(table string) string {
 // function is the owner's, as lookSQL requires, whoever runs it.
 func (t *Table) upgradeScript(fnSchema []string) string {
 	fn := pgx.Identifier(append(append([]string(nil), fnSchema...), funcName(t.parts[len(t.parts)-1]))).Sanitize()
-	return "SELECT pg_catalog.set_config('role', (SELECT pg_catalog.pg_get_userbyid(c.relowner)::pg_catalog.text FROM pg_catalog.pg_class c " +
+	// No advisory lock: any role may hold one, and the table lock alone
+	// serialises the upgrades of a table and of its own function.
+	return "SELECT pg_catalog.set_config('lock_timeout', '" + lockTimeout + "', true);\n" +
+		"SELECT pg_catalog.set_config('role', (SELECT pg_catalog.pg_get_userbyid(c.relowner)::pg_catalog.text FROM pg_catalog.pg_class c " +
 		"WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(" + sqlString(t.name) + "::pg_catalog.text)::pg_catalog.oid), true);\n" +
 		t.columnsSQL + ";\n" +
-		"SELECT pg_catalog.pg_advisory_xact_lock(" + migrateLock + ");\n" +
 		"CREATE OR REPLACE FUNCTION " + fn + "() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $distlock$" + triggerBody + "$distlock$;\n" +
 		"DROP TRIGGER IF EXISTS " + rowTrigger + " ON " + t.name + ";\n" +
 		"CREATE TRIGGER " + rowTrigger + " AFTER UPDATE OR DELETE ON " + t.name + " FOR EACH ROW EXECUTE FUNCTION " + fn + "();\n" +

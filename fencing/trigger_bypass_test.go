@@ -12,7 +12,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distlock/distlock"
@@ -263,4 +265,77 @@ func TestTwoFenceTableOwnersInOneSchema(t *testing.T) {
 		t.Fatal("billing_fence's fence went down")
 	}
 	wantStaleAfterCurrent(t, e)
+}
+
+// A role without any grant on the fence table that holds an advisory lock
+// Migrate's upgrade once took (any role may take any advisory lock) does
+// not stall the guards: the upgrade does not wait on it while it holds the
+// table.
+func TestAdvisoryLockHolderCannotStallGuards(t *testing.T) {
+	ctx := context.Background()
+	e := bypassSetup(t)
+	if err := fencing.Migrate(ctx, e.owner); err != nil {
+		t.Fatal(err)
+	}
+	e.s.GrantRuntime(t, "distlock_fence")
+	mustExec(t, e.owner, `DROP TRIGGER distlock_fence_no_truncate ON distlock_fence`) // not current: the next release's upgrade, say
+	conn, err := e.tenant.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	mustExec(t, conn, `SELECT pg_advisory_lock(7235441220220052331)`)
+	done := make(chan error, 1)
+	go func() {
+		mctx, cancel := context.WithTimeout(ctx, 6*time.Second)
+		defer cancel()
+		done <- fencing.Migrate(mctx, e.owner)
+	}()
+	time.Sleep(500 * time.Millisecond)
+	gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := write(gctx, e.app, "acct", fence(1), "v"); err != nil {
+		t.Fatalf("a co-tenant without any grant on the table stalled a guard: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("owner's Migrate: %v", err)
+	}
+}
+
+// The upgrade waits at most lockTimeout for the table: an open guard
+// transaction makes Migrate fail (lock_not_available) instead of queueing
+// every later guard behind its ACCESS EXCLUSIVE lock indefinitely.
+func TestUpgradeGivesUpOnABusyTable(t *testing.T) {
+	ctx := context.Background()
+	e := bypassSetup(t)
+	if err := fencing.Migrate(ctx, e.owner); err != nil {
+		t.Fatal(err)
+	}
+	e.s.GrantRuntime(t, "distlock_fence")
+	mustExec(t, e.owner, `DROP TRIGGER distlock_fence_no_truncate ON distlock_fence`)
+	tx, err := e.app.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := fencing.Guard(ctx, tx, "acct", fence(1)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	mctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	err = fencing.Migrate(mctx, e.owner)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("Migrate on a table an open transaction holds: %v after %v, want lock_not_available", err, time.Since(start))
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("Migrate gave up after %v", d)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := fencing.Migrate(ctx, e.owner); err != nil {
+		t.Fatalf("Migrate once the table is free: %v", err)
+	}
 }
