@@ -132,10 +132,20 @@
 // schema and SELECT, INSERT, UPDATE on the table, nothing more (its Migrate
 // on a current table only reads the catalog):
 //
+//	REVOKE ALL ON SCHEMA public FROM PUBLIC;
 //	GRANT USAGE, CREATE ON SCHEMA public TO fence_owner;
 //	GRANT USAGE ON SCHEMA public TO app;
 //	-- as fence_owner, after Migrate:
 //	GRANT SELECT, INSERT, UPDATE ON distlock_fence TO app;
+//
+// The REVOKE matters on PostgreSQL 14 and earlier, and on clusters
+// pg_upgraded from them, where PUBLIC may CREATE in public: a co-tenant
+// could create distlock_fence first and own it (Migrate takes an existing
+// table as it finds it; check its owner), or add operators to the
+// search_path. The owner of the table's schema and the database's owner
+// can drop the table, and every fence with it, so trust them as the table's
+// owner: on PostgreSQL 15 public belongs to pg_database_owner, so the
+// runtime role must not own the database.
 //
 // A role that may UPDATE the table could set a fence back by hand and let
 // a stale holder through, so Migrate installs triggers that refuse any
