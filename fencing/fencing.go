@@ -267,7 +267,10 @@ func (t *Table) UpgradeDDL() string {
 // and the triggers that refuse a lowered fence. It is safe to run at every
 // start-up, from several processes at once, and by a role that may only
 // read and write a current table (it then only reads the catalog); on a
-// table that is not current it needs the table's owner.
+// table that is not current it needs the table's owner, a member of its
+// role or a superuser, and gives up after 5s if other transactions hold
+// the table. A trigger on the table that this package did not install is
+// an error matching ErrForeignTrigger, whoever runs it.
 func (t *Table) Create(ctx context.Context, db DB) error {
 	if err := checkCall(ctx, db); err != nil {
 		return err
