@@ -2,7 +2,6 @@ package redis_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -11,29 +10,9 @@ import (
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/internal/testutil"
 	"github.com/distlock/distlock/redis"
 )
-
-// keysLeft counts the keys on a server, and those without an expiry, and
-// returns the longest expiry left.
-func keysLeft(t *testing.T, c *goredis.Client) (n, persistent int, longest time.Duration) {
-	t.Helper()
-	ctx := t.Context()
-	iter := c.Scan(ctx, 0, "*", 1000).Iterator()
-	for iter.Next(ctx) {
-		n++
-		switch d := c.PTTL(ctx, iter.Val()).Val(); {
-		case d == -1: // -2: expired since the scan
-			persistent++
-		case d > longest:
-			longest = d
-		}
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return n, persistent, longest
-}
 
 // Per-entity keys, each locked once: everything they leave behind expires,
 // the token counters last (TTL + CounterLinger past their lock), the
@@ -44,21 +23,9 @@ func TestKeysLockedOnceLeaveOnlyExpiringKeys(t *testing.T) {
 	l := newLocker(t, srv.Addr())
 	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	defer admin.Close()
-	ctx := t.Context()
 	const keys, ttl = 10000, 10 * time.Second
-	for i := range keys {
-		ls, err := l.TryAcquire(ctx, fmt.Sprintf("order/%d", i), distlock.WithTTL(ttl), distlock.WithValue("v"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := ls.Refresh(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := ls.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	n, persistent, longest := keysLeft(t, admin)
+	testutil.LockEachOnce(t, l, keys, ttl)
+	n, persistent, longest := testutil.RedisKeysLeft(t, admin)
 	t.Logf("%d keys locked once: %d keys left, %d without expiry, the longest to expire in %v", keys, n, persistent, longest.Round(time.Second))
 	if persistent > 0 {
 		t.Fatalf("%d keys never expire", persistent)

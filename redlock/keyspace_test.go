@@ -1,15 +1,14 @@
 package redlock_test
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/internal/testutil"
 )
 
 // Per-entity keys, each locked once on a Redlock set: on every node all
@@ -19,34 +18,11 @@ import (
 func TestKeysLockedOnceLeaveOnlyExpiringKeys(t *testing.T) {
 	srvs := testserver.RedisN(t, 3)
 	l := newLocker(t, srvs)
-	ctx := t.Context()
 	const keys, ttl = 2000, 10 * time.Second
-	for i := range keys {
-		ls, err := l.TryAcquire(ctx, fmt.Sprintf("order/%d", i), distlock.WithTTL(ttl), distlock.WithValue("v"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := ls.Refresh(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := ls.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testutil.LockEachOnce(t, l, keys, ttl)
 	for i, s := range srvs {
 		c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
-		n, persistent := 0, 0
-		var longest time.Duration
-		iter := c.Scan(ctx, 0, "*", 1000).Iterator()
-		for iter.Next(ctx) {
-			n++
-			switch d := c.PTTL(ctx, iter.Val()).Val(); {
-			case d == -1: // -2: expired since the scan
-				persistent++
-			case d > longest:
-				longest = d
-			}
-		}
+		n, persistent, longest := testutil.RedisKeysLeft(t, c)
 		_ = c.Close()
 		t.Logf("node %d: %d keys left, %d without expiry, the longest to expire in %v", i, n, persistent, longest.Round(time.Second))
 		if persistent > 0 || longest > ttl+redisnode.CounterLinger {
