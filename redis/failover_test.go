@@ -70,18 +70,7 @@ func TestFailoverToLaggingReplica(t *testing.T) {
 		t.Fatalf("the master %s of %q has no replica", master.Addr(), key)
 	}
 	a := clusterLocker(t, cl.Addrs())
-	grant := func(n int) {
-		t.Helper()
-		for range n {
-			ls, err := a.TryAcquire(ctx, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := ls.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	grant := func(n int) { t.Helper(); grantAndRelease(t, a, key, n) }
 
 	// Grants the replica takes, so that it has a counter: a missing one
 	// would be seeded from the clock and could hide a lag.
@@ -187,4 +176,19 @@ func checkFence(ctx context.Context, t *testing.T, pg *testserver.Server, fa, fb
 		check(t, "doc2", "A", fa, true)
 		lastWriter(t, "doc2")
 	})
+}
+
+// grantAndRelease takes and gives back key n times on l, so that a replica
+// has grants (and a token counter) to lag behind with.
+func grantAndRelease(t *testing.T, l distlock.Locker, key string, n int) {
+	t.Helper()
+	for range n {
+		ls, err := l.TryAcquire(t.Context(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -50,18 +50,7 @@ func TestSentinelFailoverToLaggingReplica(t *testing.T) {
 	const key = "sentinel"
 	keys := redisnode.KeysFor(redis.DefaultPrefix, key)
 	a := open()
-	grant := func(n int) {
-		t.Helper()
-		for range n {
-			ls, err := a.TryAcquire(ctx, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := ls.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	grant := func(n int) { t.Helper(); grantAndRelease(t, a, key, n) }
 	// Grants the replica takes, so that it has a counter to lag with.
 	grant(5)
 	mc := goredis.NewClient(&goredis.Options{Addr: rs.Master.Addr(), ContextTimeoutEnabled: true})
