@@ -107,7 +107,7 @@ func main() {
 		idle     = flag.Duration("idle", 0, "upper bound of a random sleep after each release (0: none), so the key is free at times")
 		workload = flag.String("workload", "lock", "lock (acquire, write, release), election (campaign, write while leading, resign) or observe (follow the leaders)")
 		term     = flag.Duration("term", time.Second, "election: upper bound of a term's length before the leader resigns")
-		retune   = flag.Float64("retune", 0, "lock workload: while holding, every 1.5×ttl with this probability, refresh the lease to 3/10 of -ttl and at once to 3×ttl (a late copy of the short refresh must not cut the long one)")
+		retune   = flag.Float64("retune", 0, "lock workload: while holding, every 1.5×ttl with this probability, refresh the lease to half of -ttl and at once to 3×ttl (a late copy of the short refresh must not cut the long one)")
 	)
 	flag.Parse()
 	w := &worker{url: *url, key: *key, dsn: *dsn, mode: *mode, logPath: *logPath, status: *status, workload: *workload,
@@ -279,14 +279,14 @@ func (w *worker) lock(ctx context.Context, watchers *sync.WaitGroup) error {
 }
 
 // hold sits on lease for d (less once ctx ends), retuning its TTL every
-// 1.5 TTL with -retune's probability: a refresh to 3/10 of the TTL, then at
+// 1.5 TTL with -retune's probability: a refresh to half the TTL, then at
 // once one to 3×TTL, which is renewed a TTL later. A late copy of the
 // short refresh must not cut the long one back (late-request). The
 // refreshes' errors are the lease's: a loss shows on Done.
 func (w *worker) hold(ctx, octx context.Context, lease *distlock.Lease, d time.Duration) {
 	for end := time.Now().Add(d); ; {
 		if w.retune > 0 && w.rng.Float64() < w.retune && lease.Err() == nil {
-			_ = lease.Refresh(octx, distlock.WithTTL(3*w.ttl/10))
+			_ = lease.Refresh(octx, distlock.WithTTL(w.ttl/2))
 			_ = lease.Refresh(octx, distlock.WithTTL(3*w.ttl))
 		}
 		left := time.Until(end)
