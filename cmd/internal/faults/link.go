@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
@@ -16,7 +17,43 @@ import (
 // worker's links and leave the others alone.
 type links struct {
 	srv     *toxiproxy.ApiServer
-	proxies [][]*toxiproxy.Proxy // [worker][server]
+	proxies [][]*toxiproxy.Proxy // [worker][server]; set up before any fault
+
+	changeMu sync.Mutex                     // serializes toxic changes on every proxy
+	settled  map[*toxiproxy.Proxy]time.Time // under changeMu: no toxic is added to the proxy before
+}
+
+// linkDropGap is how long a toxic added to a proxy waits after a closing
+// toxic (timeout) was removed from it. toxiproxy (v2.5, and v2.12 alike)
+// leaves each connection that removal closes with a toxic stub too many
+// until the connection's goroutine drops its link; a toxic added to that
+// proxy meanwhile can panic (index out of range in ToxicLink.AddToxic) and
+// end the test binary, as it did once in a 30-minute soak. A mitigation:
+// the race was not reproduced in isolation.
+const linkDropGap = 50 * time.Millisecond
+
+// addToxic adds a toxic in toxiproxy's JSON form to p.
+func (l *links) addToxic(p *toxiproxy.Proxy, js string) error {
+	l.changeMu.Lock()
+	defer l.changeMu.Unlock()
+	if wait := time.Until(l.settled[p]); wait > 0 {
+		time.Sleep(wait)
+	}
+	_, err := p.Toxics.AddToxicJson(strings.NewReader(js))
+	return err
+}
+
+// removeToxic removes p's toxic name, of type typ.
+func (l *links) removeToxic(p *toxiproxy.Proxy, name, typ string) {
+	l.changeMu.Lock()
+	defer l.changeMu.Unlock()
+	_ = p.Toxics.RemoveToxic(context.Background(), name)
+	if typ == "timeout" {
+		if l.settled == nil {
+			l.settled = map[*toxiproxy.Proxy]time.Time{}
+		}
+		l.settled[p] = time.Now().Add(linkDropGap)
+	}
 }
 
 func newLinks() *links {
@@ -54,11 +91,11 @@ func (l *links) toxic(workers []int, typ string, attrs string) (remove func(), e
 			for _, stream := range []string{"upstream", "downstream"} {
 				name := typ + "-" + stream
 				js := fmt.Sprintf(`{"name":%q,"type":%q,"stream":%q,"attributes":%s}`, name, typ, stream, attrs)
-				if _, err := p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+				if err := l.addToxic(p, js); err != nil {
 					remove()
 					return nil, fmt.Errorf("add %s toxic: %w", typ, err)
 				}
-				undo = append(undo, func() { _ = p.Toxics.RemoveToxic(context.Background(), name) })
+				undo = append(undo, func() { l.removeToxic(p, name, typ) })
 			}
 		}
 	}

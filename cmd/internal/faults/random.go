@@ -316,11 +316,11 @@ func (f *faulter) toxicOn(w, s int, typ, attrs string, streams ...string) (func(
 		for _, stream := range streams {
 			n := name + "-" + stream
 			js := fmt.Sprintf(`{"name":%q,"type":%q,"stream":%q,"attributes":%s}`, n, typ, stream, attrs)
-			if _, err := p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+			if err := f.env.links.addToxic(p, js); err != nil {
 				remove()
 				return nil, err
 			}
-			undo = append(undo, func() { _ = p.Toxics.RemoveToxic(context.Background(), n) })
+			undo = append(undo, func() { f.env.links.removeToxic(p, n, typ) })
 		}
 	}
 	return remove, nil
