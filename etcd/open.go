@@ -12,6 +12,8 @@ import (
 	"github.com/distlock/distlock/internal/mutation"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 func init() {
@@ -37,6 +39,15 @@ const (
 	keepAliveTime    = 10 * time.Second
 	keepAliveTimeout = 5 * time.Second
 )
+
+// reconnect paces gRPC's new connections after a failed one. gRPC's own
+// pacing grows to 120 s, so after a few failed attempts in one outage the
+// client would sit idle for seconds after the network heals while its
+// leases run out; a lock client reconnects within a second instead.
+var reconnect = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+	MinConnectTimeout: DefaultDialTimeout,
+}
 
 // open serves etcd[s]://[user:password@]host:port[,host:port…]/?prefix=…&dial_timeout=…&loss_watch=…
 // and the TLS and credential parameters of package driver (tls, ca_file,
@@ -128,7 +139,8 @@ func readURL(u *url.URL, opts []distlock.Option) (dialConfig, error) {
 func (dc dialConfig) clientConfig() clientv3.Config {
 	cfg := clientv3.Config{Endpoints: dc.endpoints, Logger: zap.NewNop(), TLS: dc.tls,
 		Username: dc.user, Password: dc.password,
-		DialKeepAliveTime: keepAliveTime, DialKeepAliveTimeout: keepAliveTimeout}
+		DialKeepAliveTime: keepAliveTime, DialKeepAliveTimeout: keepAliveTimeout,
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(reconnect)}}
 	if mutation.On("etcd-no-keepalive") { // mutation: etcd-no-keepalive
 		cfg.DialKeepAliveTime, cfg.DialKeepAliveTimeout = 0, 0
 	}
