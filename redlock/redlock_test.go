@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"runtime"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/conformance"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/redis"
@@ -66,19 +68,23 @@ func lockExists(t *testing.T, admins []goredis.UniversalClient, prefix, key stri
 	return held
 }
 
+// The whole suite, on nodes that speak only TLS to a client opened by URL
+// with only the documented ACL privileges (see TestSecured).
 func TestConformance(t *testing.T) {
-	srvs := testserver.RedisN(t, 5)
-	admins := clients(t, srvs, false)
-	const prefix = "conf:"
+	s := newSecuredNodes(t)
+	const prefix = securedPrefix + "conf:"
+	// 400ms per node (TTL 1.5s): under -race, with other packages'
+	// servers on the same two cores, every node missed a 150ms timeout
+	// now and then, failing an Acquire with ErrNoQuorum.
+	u, err := url.Parse(s.url(t, "app", "app-pw", true, url.Values{"prefix": {prefix}, "node_timeout": {"400ms"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opener, _ := driver.Lookup(u.Scheme)
 	var reg conformance.CrashRegistry
 	conformance.Run(t, conformance.Harness{
 		NewLocker: func(ctx context.Context) (distlock.Locker, error) {
-			cs := clients(t, srvs, true)
-			// 400ms per node (TTL 1.5s): under -race, with other packages'
-			// servers on the same two cores, all five nodes missed a 150ms
-			// timeout now and then, failing an Acquire with ErrNoQuorum.
-			b, err := redlock.NewBackend(cs, redlock.WithKeyPrefix(prefix), redlock.WithCloseClients(true),
-				redlock.WithNodeTimeout(400*time.Millisecond))
+			b, err := opener(ctx, u, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -93,7 +99,7 @@ func TestConformance(t *testing.T) {
 		// A forced expiry deletes the lock on every node.
 		ForceExpire: func(ctx context.Context, key string) error {
 			var deleted int64
-			for _, a := range admins {
+			for _, a := range s.admins {
 				n, err := a.Del(ctx, redisnode.KeysFor(prefix, key).Lock).Result()
 				if err != nil {
 					return err

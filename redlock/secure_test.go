@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net/url"
 	"os"
@@ -10,42 +11,73 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/internal/testserver"
 )
 
-// Three Redis nodes with TLS (client certificates required) and an ACL
-// file, reached by a redlock:// URL with tls=true: one set for every case.
-func TestSecured(t *testing.T) {
-	const prefix = "sec:"
-	rules := testserver.RedisLockACL(prefix)
+// securedNodes are three Redis nodes with TLS (client certificates
+// required) and an ACL file: users app (the documented least privileges),
+// nopub (without PUBLISH), noeval (without EVAL and EVALSHA) and admin.
+type securedNodes struct {
+	hosts  []string
+	ca     *testserver.CA
+	cert   testserver.KeyPair // a client certificate of ca
+	dir    string             // holds the password files
+	admins []goredis.UniversalClient
+}
+
+const securedPrefix = "sec:"
+
+func newSecuredNodes(t *testing.T) *securedNodes {
+	t.Helper()
+	rules := testserver.RedisLockACL(securedPrefix)
 	ca := testserver.NewCA(t)
 	srvs := testserver.RedisN(t, 3, testserver.WithRedisTLS(ca), testserver.WithRedisACL(
 		"user default off",
+		"user admin on >admin-pw ~* &* +@all",
 		"user app on >app-pw "+rules,
 		"user nopub on >nopub-pw "+strings.Replace(rules, " +publish", "", 1),
 		"user noeval on >noeval-pw "+strings.Replace(rules, " +evalsha +eval", "", 1),
 	))
-	cert := ca.Client(t, "app")
-	hosts := make([]string, len(srvs))
-	for i, s := range srvs {
-		hosts[i] = s.Addr()
+	s := &securedNodes{ca: ca, cert: ca.Client(t, "app"), dir: t.TempDir()}
+	for _, srv := range srvs {
+		s.hosts = append(s.hosts, srv.Addr())
+		a := goredis.NewClient(&goredis.Options{
+			Addr: srv.Addr(), Username: "admin", Password: "admin-pw", ContextTimeoutEnabled: true,
+			TLSConfig: &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{s.cert.TLS}, ServerName: "127.0.0.1"},
+		})
+		t.Cleanup(func() { _ = a.Close() })
+		s.admins = append(s.admins, a)
 	}
-	dir := t.TempDir()
-	// rawURL is a redlock:// URL of user with password, the CA and, if
-	// withCert, the client certificate.
-	rawURL := func(user, password string, withCert bool) string {
-		pw := filepath.Join(dir, user+"-"+password)
-		if err := os.WriteFile(pw, []byte(password+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		q := url.Values{"tls": {"true"}, "password_file": {pw}, "ca_file": {ca.File}, "prefix": {prefix}, "node_timeout": {"400ms"}}
-		if withCert {
-			q.Set("cert_file", cert.CertFile)
-			q.Set("key_file", cert.KeyFile)
-		}
-		return "redlock://" + user + "@" + strings.Join(hosts, ",") + "/?" + q.Encode()
+	return s
+}
+
+// url is a redlock:// URL of user with password (from a file), the CA and,
+// if withCert, the client certificate, and extra parameters.
+func (s *securedNodes) url(t *testing.T, user, password string, withCert bool, extra url.Values) string {
+	t.Helper()
+	pw := filepath.Join(s.dir, user+"-"+password)
+	if err := os.WriteFile(pw, []byte(password+"\n"), 0o600); err != nil {
+		t.Fatal(err)
 	}
+	q := url.Values{"tls": {"true"}, "password_file": {pw}, "ca_file": {s.ca.File}, "prefix": {securedPrefix}, "node_timeout": {"400ms"}}
+	if withCert {
+		q.Set("cert_file", s.cert.CertFile)
+		q.Set("key_file", s.cert.KeyFile)
+	}
+	for k, v := range extra {
+		q[k] = v
+	}
+	return "redlock://" + user + "@" + strings.Join(s.hosts, ",") + "/?" + q.Encode()
+}
+
+// Reached by a redlock:// URL with tls=true: one set of nodes for every
+// case. (TestConformance runs the suite on such nodes.)
+func TestSecured(t *testing.T) {
+	s := newSecuredNodes(t)
+	rawURL := func(user, password string, withCert bool) string { return s.url(t, user, password, withCert, nil) }
 	open := func(t *testing.T, raw string) distlock.Locker {
 		t.Helper()
 		l, err := distlock.Open(t.Context(), raw)
