@@ -126,8 +126,8 @@ func TestClusterConformance(t *testing.T) {
 // On a Redis Cluster one stalled shard must not cost the renewing leases
 // whose keys live on healthy shards: a pipeline waits for every shard, so
 // the backend declines batches on a sharded client and each lease is
-// refreshed on its own key's master (found by an adversarial review: every
-// healthy-shard lease was lost with batched renewals).
+// refreshed on its own key's master (with batched renewals, every
+// healthy-shard lease was lost).
 func TestStalledShardKeepsHealthyShardLeases(t *testing.T) {
 	cl := testserver.NewRedisCluster(t, 2)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -147,7 +147,7 @@ func TestStalledShardKeepsHealthyShardLeases(t *testing.T) {
 	}
 	var healthy, stalled []string
 	for i := 0; len(healthy) < 8 || len(stalled) < 8; i++ {
-		key := fmt.Sprint("review-shard-", i)
+		key := fmt.Sprint("shard-", i)
 		m, _, err := cl.Shard(ctx, redisnode.KeysFor("distlock:", key).Lock)
 		if err != nil {
 			t.Fatal(err)

@@ -1,7 +1,6 @@
 package redis_test
 
-// Regression tests of the fair queue, from an adversarial review (real
-// servers): each failed before its fix.
+// The fair queue at its edges, on real servers.
 
 import (
 	"context"
@@ -19,7 +18,7 @@ import (
 	"github.com/distlock/distlock/redis"
 )
 
-// Found by review (liveness): two waiters whose process died, queued one
+// Liveness: two waiters whose process died, queued one
 // behind the other while the lock was held, stranded the free lock after
 // the release for about the holder's TTL: the release shortens only the
 // first waiter's deadline, and the next kept its own (its attempt + PTTL +
@@ -47,7 +46,7 @@ func TestFairQueueTwoVanishedWaiters(t *testing.T) {
 	t.Logf("granted %v after the release", waited)
 }
 
-// Found by review (liveness, a lock held by nobody for a TTL): a resent attempt
+// Liveness, a lock held by nobody for a TTL: a resent attempt
 // (go-redis resends a command whose reply was lost) whose first copy took
 // the lock must get the lock back (the cur == ARGV[1] path). In fair mode,
 // if another waiter had queued in between, the resend was told "held" and
@@ -79,7 +78,7 @@ func TestFairQueueResentAttempt(t *testing.T) {
 	}
 }
 
-// Found by review (Lua error): pruning many lapsed places unpacked them all
+// Lua error: pruning many lapsed places unpacked them all
 // into one ZREM; past Lua's C stack limit (about 8,000) the script failed,
 // so every waiting Acquire of the key failed until the queue keys expired.
 func TestFairQueueManyLapsedPlaces(t *testing.T) {
@@ -123,7 +122,7 @@ func waitingBehindProxy(t *testing.T, srv *testserver.Server, key string, fair b
 	return newLocker(t, p.Addr(), opts...), p
 }
 
-// Found by review (timeouts): a waiting Acquire whose ctx ended while the
+// Timeouts: a waiting Acquire whose ctx ended while the
 // server was out of reach returned only after its Dequeue gave up
 // (ReleaseTimeout, 5 s), not when ctx ended, as it does without the queue.
 func TestFairQueueAcquireEndsWithCtx(t *testing.T) {
@@ -145,7 +144,7 @@ func TestFairQueueAcquireEndsWithCtx(t *testing.T) {
 	}
 }
 
-// Found by review (Close): Close wakes waiting Acquires with ErrClosed,
+// Close: Close wakes waiting Acquires with ErrClosed,
 // then waits for them; each one's Dequeue ignored Close and held it for up
 // to ReleaseTimeout while the server was out of reach.
 func TestFairQueueCloseNotHeldByDequeue(t *testing.T) {
@@ -187,7 +186,7 @@ func TestFairQueueWaiterWithoutDeadline(t *testing.T) {
 	_ = ls.Release(ctx)
 }
 
-// Found by a second review (fairness): a place lapsed a window after the
+// Fairness: a place lapsed a window after the
 // wait the waiter was told, but the client comes back later than told (its
 // back-off jitter, up to BackoffMin): with WithBackoff(400ms, …) and a
 // 100 ms window, a waiter lost its place on every look and was served

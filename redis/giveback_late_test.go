@@ -42,8 +42,8 @@ func (s *split) Unlock(ctx context.Context, g driver.Grant) error {
 // One give-back must cover an attempt whose request is still on its way:
 // an acquire delayed past the attempt's TTL (a retransmitted segment, a
 // congested link) once landed after a TTL-long tombstone expired and took
-// the key for nobody for a whole TTL (a review; the tombstone of a give-back
-// now outlives the TTL by the default release timeout).
+// the key for nobody for a whole TTL: the tombstone of a give-back outlives
+// the TTL by the default release timeout.
 func TestGiveBackCoversALateAcquire(t *testing.T) {
 	srv := testserver.Redis(t)
 	const ttl = time.Second

@@ -52,7 +52,7 @@ func (c *dropConn) Read(p []byte) (int, error) {
 // owner), not report "held" and leave the key stranded for the TTL.
 func TestLostReplyRetriedByClientDoesNotStrandKey(t *testing.T) {
 	srv := testserver.Redis(t)
-	const key, ttl = "audit-lost-reply", 10 * time.Second
+	const key, ttl = "lr-lost-reply", 10 * time.Second
 	var armed atomic.Bool
 	var d net.Dialer
 	c := goredis.NewClient(&goredis.Options{
@@ -104,7 +104,7 @@ func TestLostReplyRetriedByClientDoesNotStrandKey(t *testing.T) {
 func TestTokensAfterSnapshotRestartAndFlush(t *testing.T) {
 	srv := testserver.Redis(t)
 	ctx := t.Context()
-	const key = "audit-single-snapshot"
+	const key = "lr-single-snapshot"
 	l := newLocker(t, srv.Addr())
 	admin := newClient(t, srv.Addr())
 	var last distlock.Token

@@ -17,7 +17,7 @@ import (
 // client could take the key at the short TTL while it reports held.
 func TestLostShorterRefreshShortensLease(t *testing.T) {
 	srv := testserver.Redis(t)
-	const key = "audit3-short"
+	const key = "rt-short"
 	hook := &loseReply{}
 	a := hookedLocker(t, srv.Addr(), hook)
 	b := newLocker(t, srv.Addr())
@@ -75,7 +75,7 @@ func (h *slowNext) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 // acquire takes the lock for nobody for a whole TTL.
 func TestTombstonePerOwner(t *testing.T) {
 	srv := testserver.Redis(t)
-	const key, ttl = "audit3-tomb", 10 * time.Second
+	const key, ttl = "rt-tomb", 10 * time.Second
 	rt := distlock.WithReleaseTimeout(150 * time.Millisecond)
 	slow := &slowNext{}
 	a := hookedLocker(t, srv.Addr(), slow, rt)

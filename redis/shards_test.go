@@ -1,7 +1,7 @@
 package redis_test
 
-// Batched renewal on cluster-mode servers and wrapped cluster clients (a
-// review broke a batched script that carried many locks in one call).
+// Batched renewal on cluster-mode servers and wrapped cluster clients,
+// including a batched script that carries many locks in one call.
 
 import (
 	"fmt"

@@ -21,7 +21,7 @@ import (
 func TestFailedShorterRefreshShortensLease(t *testing.T) {
 	srvs := testserver.RedisN(t, 3)
 	ctx := t.Context()
-	const key = "audit3-short"
+	const key = "rr-short"
 	a, hs := hooked(t, srvs, nil)
 	b := newLocker(t, srvs)
 	la, err := a.TryAcquire(ctx, key, distlock.WithTTL(10*time.Second))
@@ -60,7 +60,7 @@ func TestFailedShorterRefreshShortensLease(t *testing.T) {
 func TestReleaseOnMajorityIsRelease(t *testing.T) {
 	srvs := testserver.RedisN(t, 3)
 	ctx := t.Context()
-	const key = "audit3-rel"
+	const key = "rr-rel"
 	// TTL 10s: node timeout 200ms (default); release timeout 150ms.
 	a := newLocker(t, srvs, distlock.WithReleaseTimeout(150*time.Millisecond), distlock.WithTTL(10*time.Second))
 	b := newLocker(t, srvs)
@@ -95,7 +95,7 @@ func TestReleaseOnMajorityIsRelease(t *testing.T) {
 func TestShorterTTLUpdatesNodeExpiry(t *testing.T) {
 	srvs := testserver.RedisN(t, 3)
 	ctx := t.Context()
-	const key = "audit3-stale"
+	const key = "rr-stale"
 	a, hs := hooked(t, srvs, nil)
 	b := newLocker(t, srvs)
 	admins := clients(t, srvs, false)
@@ -160,7 +160,7 @@ func TestCloseWithPausedNodeLeavesNothing(t *testing.T) {
 	}
 	var leases []*distlock.Lease
 	for i := range 5 {
-		ls, err := l.Acquire(ctx, fmt.Sprint("audit3-close-", i), distlock.WithTTL(3*time.Second), distlock.WithAutoRenew(true))
+		ls, err := l.Acquire(ctx, fmt.Sprint("rr-close-", i), distlock.WithTTL(3*time.Second), distlock.WithAutoRenew(true))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +170,7 @@ func TestCloseWithPausedNodeLeavesNothing(t *testing.T) {
 	defer srvs[2].Resume()
 	time.Sleep(1200 * time.Millisecond) // renewals with straggling calls to node 2
 	go func() { _ = leases[0].Release(context.Background()) }()
-	_, _ = l.TryAcquire(ctx, "audit3-close-0")
+	_, _ = l.TryAcquire(ctx, "rr-close-0")
 	began := time.Now()
 	if err := l.Close(); err != nil {
 		t.Log(err)
