@@ -32,8 +32,13 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Locker, error) {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
 	}
 	u, err := url.Parse(rawURL)
+	if (err != nil && driver.HasUserinfo(rawURL)) || (err == nil && driver.MisreadUserinfo(u)) {
+		// url.Parse's message may quote a piece of the password.
+		return nil, fmt.Errorf("%w: %q: malformed user information: percent-encode '/', '?', '#' and '@' in a user or password (url.UserPassword does)",
+			ErrInvalidURL, driver.Redact(rawURL))
+	}
 	if err != nil {
-		// url.Error quotes the whole URL, password included.
+		// url.Error quotes the whole URL.
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err

@@ -127,11 +127,12 @@ func Credentials(q *Query, u *url.URL) (user, password string, err error) {
 }
 
 // Redact returns raw with any password replaced by "xxxxx" (the userinfo's,
-// and a password or secret query parameter's), for errors and logs. It
-// works on strings url.Parse rejects too: everything between the scheme's
-// "//" and the last "@" before the path is then taken as userinfo.
+// and a password or secret query parameter's), for errors and logs. A URL
+// whose userinfo url.Parse cannot read (MisreadUserinfo) is redacted from
+// the scheme's "//" to its last "@", so that no piece of an unencoded
+// password survives.
 func Redact(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
+	if u, err := url.Parse(raw); err == nil && !MisreadUserinfo(u) {
 		q, changed := u.Query(), false
 		for k := range q {
 			if secretParam(k) {
@@ -149,19 +150,31 @@ func Redact(raw string) string {
 		return raw
 	}
 	rest := raw[i+2:]
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
-	}
-	at := strings.LastIndex(rest[:end], "@")
+	at := strings.LastIndex(rest, "@")
 	if at < 0 {
 		return raw
 	}
 	userinfo := rest[:at]
-	if c := strings.Index(userinfo, ":"); c >= 0 {
+	if c := strings.IndexAny(userinfo, ":/?#"); c >= 0 {
 		userinfo = userinfo[:c] + ":xxxxx"
 	}
 	return raw[:i+2] + userinfo + rest[at:]
+}
+
+// MisreadUserinfo reports whether u, parsed from a URL, holds an "@" where
+// none belongs (its path or fragment): a password with an unencoded "/",
+// "?" or "#" ended the userinfo early, and the rest of it was read as the
+// host, path or fragment.
+func MisreadUserinfo(u *url.URL) bool {
+	return strings.Contains(u.Path, "@") || strings.Contains(u.Fragment, "@") || strings.Contains(u.Opaque, "@")
+}
+
+// HasUserinfo reports whether raw seems to carry user information (an "@"
+// after the scheme's "//"), for errors that must not quote url.Parse's
+// message, which may hold a piece of the password.
+func HasUserinfo(raw string) bool {
+	i := strings.Index(raw, "//")
+	return i >= 0 && strings.Contains(raw[i+2:], "@")
 }
 
 // secretParam reports whether a query parameter holds a secret itself (not

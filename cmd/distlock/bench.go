@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net/url"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 func cmdBench(ctx context.Context, args []string, s stdio) int {
@@ -212,10 +212,4 @@ func randHex(n int) string {
 }
 
 // redact hides a password in a URL for reports.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return raw
-	}
-	return u.Redacted()
-}
+func redact(raw string) string { return driver.Redact(raw) }
