@@ -247,9 +247,10 @@ func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settin
 
 // mayHaveTaken reports whether a failed attempt (err) may have taken the
 // lock all the same, so that it must be given back: not when the key was
-// held, nor when the server refused the client (it took nothing).
+// held. A refusal may come after the lock was set (a script denied a later
+// command, and scripts do not roll back); its give-back is tried once.
 func mayHaveTaken(err error) bool {
-	return err != nil && !errors.Is(err, ErrNotAcquired) && !errors.Is(err, ErrAccessDenied)
+	return err != nil && !errors.Is(err, ErrNotAcquired)
 }
 
 // pollingInstead logs that a waiter polls because its release notices

@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/distlock/distlock/internal/redisnode"
 )
 
 // EvictionPolicy returns the server's maxmemory-policy; for a Cluster, the
@@ -64,7 +66,10 @@ func checkEviction(ctx context.Context, client goredis.UniversalClient, mode Evi
 	policy, err := EvictionPolicy(ctx, client)
 	if err != nil {
 		if mode == EvictionRefuse {
-			return fmt.Errorf("%w: cannot read it (use WithEvictionCheck(EvictionIgnore) where CONFIG is disabled): %w", ErrEvictionPolicy, err)
+			// A refused CONFIG GET is ErrAccessDenied too: asking again will
+			// not help, and the CLI tells it apart from a down server.
+			return fmt.Errorf("%w: cannot read it (use WithEvictionCheck(EvictionIgnore) where CONFIG is disabled): %w",
+				ErrEvictionPolicy, redisnode.Classify(clientAddr(client), err))
 		}
 		logger.Warn("distlock: redis: could not check maxmemory-policy; if it is allkeys-*, fencing tokens can repeat",
 			slog.Any("error", err))
