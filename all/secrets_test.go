@@ -39,6 +39,16 @@ func TestOpenErrorsNeverShowThePassword(t *testing.T) {
 		"mem://u:" + secret + "@?ttl=-1s",
 		"redis://user:" + secret + "@" + refused + "?fence_epoch=-3",
 		"postgres://app:" + secret + "@" + refused + "/db",
+		// A password with '/', '#' or '?' not percent-encoded: url.Parse
+		// ends the userinfo early and reads the rest as host, path or
+		// query, and its own error quotes what it found there.
+		"redis://user:" + secret + "/" + secret + "@" + refused + "/0",
+		"rediss://user:" + secret + "#" + secret + "@" + refused,
+		"redis://user:" + secret + "?" + secret + "@" + refused,
+		"redis://user:4242/" + secret + "@" + refused,
+		"redlock://u:4242/" + secret + "@" + refused + "," + refused + "," + refused,
+		"etcd://root:4242/" + secret + "@" + refused + "/?dial_timeout=300ms",
+		"zk://alice:4242/" + secret + "@" + refused + "/locks",
 	}
 	if len(shapes) < 20 {
 		t.Fatalf("%d shapes: the table needs at least 20", len(shapes))

@@ -145,20 +145,20 @@ func Redact(raw string) string {
 		}
 		return u.Redacted()
 	}
-	i := strings.Index(raw, "//")
-	if i < 0 {
-		return raw
+	start := strings.Index(raw, "//") + 2
+	if start < 2 { // no "//": "scheme:user:password@host", all of it hidden
+		start = strings.Index(raw, ":") + 1
 	}
-	rest := raw[i+2:]
+	rest := raw[start:]
 	at := strings.LastIndex(rest, "@")
 	if at < 0 {
 		return raw
 	}
-	userinfo := rest[:at]
-	if c := strings.IndexAny(userinfo, ":/?#"); c >= 0 {
-		userinfo = userinfo[:c] + ":xxxxx"
+	userinfo := "xxxxx"
+	if c := strings.IndexAny(rest[:at], ":/?#"); c >= 0 && start > 0 && raw[start-1] == '/' {
+		userinfo = rest[:c] + ":xxxxx"
 	}
-	return raw[:i+2] + userinfo + rest[at:]
+	return raw[:start] + userinfo + rest[at:]
 }
 
 // MisreadUserinfo reports whether u, parsed from a URL, holds an "@" where
