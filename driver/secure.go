@@ -161,10 +161,11 @@ func Redact(raw string) string {
 	return raw[:start] + userinfo + rest[at:]
 }
 
-// MisreadUserinfo reports whether u, parsed from a URL, holds an "@" where
-// none belongs (its path or fragment): a password with an unencoded "/",
-// "?" or "#" ended the userinfo early, and the rest of it was read as the
-// host, path or fragment.
+// MisreadUserinfo reports whether u, parsed from a URL, holds an "@" in its
+// path, fragment or opaque part: a password with an unencoded "/", "?" or
+// "#" ended the userinfo early (or a "scheme:user:password@host" had no
+// "//"), and the rest was read as something else. A path that really holds
+// an "@" must percent-encode it.
 func MisreadUserinfo(u *url.URL) bool {
 	return strings.Contains(u.Path, "@") || strings.Contains(u.Fragment, "@") || strings.Contains(u.Opaque, "@")
 }
