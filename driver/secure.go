@@ -167,7 +167,7 @@ func Redact(raw string) string {
 // "//"), and the rest was read as something else. A path that really holds
 // an "@" must percent-encode it.
 func MisreadUserinfo(u *url.URL) bool {
-	return strings.Contains(u.Path, "@") || strings.Contains(u.Fragment, "@") || strings.Contains(u.Opaque, "@")
+	return strings.Contains(u.EscapedPath(), "@") || strings.Contains(u.EscapedFragment(), "@") || strings.Contains(u.Opaque, "@")
 }
 
 // HasUserinfo reports whether raw seems to carry user information (an "@"

@@ -125,3 +125,23 @@ func TestCredentialsFromPasswordFile(t *testing.T) {
 		t.Fatalf("a missing file: %v", err)
 	}
 }
+
+// An "@" that url.Parse left in the path marks a password whose "/" was not
+// percent-encoded; a path's own "@", encoded as %40, does not.
+func TestMisreadUserinfo(t *testing.T) {
+	for raw, want := range map[string]bool{
+		"redis://u:pw@h:1/0":       false,
+		"zk://h:2181/locks%40team": false,
+		"zk://h:2181/locks@team":   true,
+		"redis://u:4242/pw@h:1/":   true,
+		"u:pw@h:1":                 true,
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := driver.MisreadUserinfo(u); got != want {
+			t.Errorf("MisreadUserinfo(%q) = %v, want %v", raw, got, want)
+		}
+	}
+}
