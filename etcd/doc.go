@@ -125,8 +125,11 @@
 // 10 s and drops a connection silent for 5 s more, so calls succeed again
 // about 15 s after a member hangs; a client given to New needs
 // DialKeepAliveTime and DialKeepAliveTimeout set for the same (etcd refuses
-// pings more often than every 5 s by default). The backend itself bounds
-// what it does in the background: the loss watch as above; a waiting
+// pings more often than every 5 s by default). After an outage the client
+// Open makes reconnects within a second (gRPC's own pacing grows to
+// 120 s); give a client of yours grpc.WithConnectParams for the same. The
+// backend itself bounds what it does in the background: the loss watch as
+// above; a waiting
 // Acquire reads its place in the queue every 5 s besides watching its
 // predecessor, so a watch on a hung member cannot leave a waiter, first in
 // the queue and so the owner, unaware of it for longer (until then every
