@@ -73,9 +73,6 @@ func lockExists(t *testing.T, admins []goredis.UniversalClient, prefix, key stri
 func TestConformance(t *testing.T) {
 	s := newSecuredNodes(t)
 	const prefix = securedPrefix + "conf:"
-	// 400ms per node (TTL 1.5s): under -race, with other packages'
-	// servers on the same two cores, every node missed a 150ms timeout
-	// now and then, failing an Acquire with ErrNoQuorum.
 	u, err := url.Parse(s.url(t, "app", "app-pw", true, url.Values{"prefix": {prefix}}))
 	if err != nil {
 		t.Fatal(err)

@@ -62,6 +62,9 @@ func (s *securedNodes) url(t *testing.T, user, password string, withCert bool, e
 	if err := os.WriteFile(pw, []byte(password+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// 400ms per node: under -race, with other packages' servers on the
+	// same two cores, every node missed a 150ms timeout now and then,
+	// failing an Acquire with ErrNoQuorum.
 	q := url.Values{"tls": {"true"}, "password_file": {pw}, "ca_file": {s.ca.File}, "prefix": {securedPrefix}, "node_timeout": {"400ms"}}
 	if withCert {
 		q.Set("cert_file", s.cert.CertFile)
