@@ -150,99 +150,140 @@ const (
 // remaining TTL) or a jittered exponential back-off, and try again. Each
 // attempt gets a new owner value in req; on success req holds the winner's.
 func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settings) (_ driver.Grant, _ time.Time, err error) {
-	// Release notices are subscribed to only once an attempt finds the key
-	// held: a free key costs one round trip and no subscription.
-	var sub driver.Subscription
-	subscribed := l.mode != driver.WaitNotify // tried, or nothing to try
-	defer func() {
-		if sub != nil {
-			_ = sub.Close()
-		}
-	}()
+	p := &poller{l: l, req: req, o: o, subscribed: l.mode != driver.WaitNotify}
 	req.Waiter = req.Owner
-	contended := false // an attempt found the key held: a queueing backend may have queued us
-	defer func() {
-		if err != nil && contended {
-			l.leaveQueue(*req, o)
-		}
-	}()
-	var unreachable error // the last transient failure, for the caller if ctx ends
+	defer func() { p.end(err) }()
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 && !mutation.On("owner-reuse") { // mutation: owner-reuse
 			req.Owner = newOwner()
 		}
 		start := now()
-		g, err := l.b.TryLock(ctx, *req)
-		if mayHaveTaken(err) {
-			l.abandon(*req, o)
-		}
-		if err != nil && ctx.Err() != nil && unreachable != nil {
-			return driver.Grant{}, time.Time{}, unreachable
-		}
-		if err != nil && transient(err) && ctx.Err() == nil {
-			unreachable = err
-			// Out of reach for now: wait as for a held key, and keep the
-			// error for the caller if ctx ends first.
-			l.log(slog.LevelWarn, "server unavailable; retrying", req.Key, err)
-			if driver.Sleep(ctx, backoff(o, attempt)) != nil {
-				return driver.Grant{}, time.Time{}, err
-			}
+		g, again, err := p.try(ctx, attempt)
+		if again {
 			continue
 		}
 		if err == nil || !errors.Is(err, ErrNotAcquired) {
 			return g, start, err
 		}
-		contended = true
+		p.contended = true
 		l.observe(ctx, Event{Kind: EventContended, Key: req.Key})
-		if !subscribed {
-			subscribed = true
-			var s driver.Subscription
-			if ws, ok := l.b.(driver.WaiterSubscriber); ok {
-				s, err = ws.SubscribeWaiter(ctx, req.Key, req.Waiter)
-			} else {
-				s, err = l.b.Subscribe(ctx, req.Key)
-			}
-			switch {
-			case err == nil:
-				// Try once more before waiting: the key may have been
-				// released before the subscription began.
-				sub = s
-				continue
-			case ctx.Err() != nil:
+		if !p.subscribed {
+			began, err := p.subscribe(ctx)
+			if err != nil {
 				return driver.Grant{}, time.Time{}, err
-			default:
-				l.pollingInstead("subscribe failed", req.Key, err)
+			}
+			if began {
+				continue // the key may have been released before the subscription began
 			}
 		}
-		var remaining time.Duration
-		var held *HeldError
-		if errors.As(err, &held) {
-			remaining = held.RetryAfter
-		}
-		if sub != nil {
-			// The notice is the real wake-up; the timeout only covers a
-			// lost notice or a holder that expired instead of releasing.
-			wctx, cancel := context.WithTimeout(ctx, fallbackPoll(o, remaining))
-			werr := sub.Wait(wctx)
-			cancel()
-			if ctx.Err() != nil {
-				return driver.Grant{}, time.Time{}, ctx.Err()
-			}
-			if werr != nil && !errors.Is(werr, context.DeadlineExceeded) {
-				l.pollingInstead("subscription failed", req.Key, werr)
-				_ = sub.Close()
-				sub = nil
-			}
-			continue
-		}
-		delay := backoff(o, attempt)
-		if remaining > 0 && remaining < delay {
-			delay = remaining + jitter(o.BackoffMin)
-		}
-		if err := driver.Sleep(ctx, delay); err != nil {
+		if err := p.wait(ctx, attempt, retryAfter(err)); err != nil {
 			return driver.Grant{}, time.Time{}, err
 		}
 	}
+}
+
+// poller is one blocking acquire's state across its attempts.
+type poller struct {
+	l   *locker
+	req *driver.Request
+	o   *driver.Settings
+	// Release notices are subscribed to only once an attempt finds the key
+	// held: a free key costs one round trip and no subscription.
+	sub         driver.Subscription
+	subscribed  bool  // tried, or nothing to try
+	contended   bool  // an attempt found the key held: a queueing backend may have queued us
+	unreachable error // the last transient failure, for the caller if ctx ends
+}
+
+// try makes one attempt. again reports a transient failure, already waited
+// out by a back-off; the caller then simply tries again.
+func (p *poller) try(ctx context.Context, attempt int) (g driver.Grant, again bool, err error) {
+	g, err = p.l.b.TryLock(ctx, *p.req)
+	if mayHaveTaken(err) {
+		p.l.abandon(*p.req, p.o)
+	}
+	if err != nil && ctx.Err() != nil && p.unreachable != nil {
+		return driver.Grant{}, false, p.unreachable
+	}
+	if err != nil && transient(err) && ctx.Err() == nil {
+		// Out of reach for now: wait as for a held key, and keep the
+		// error for the caller if ctx ends first.
+		p.unreachable = err
+		p.l.log(slog.LevelWarn, "server unavailable; retrying", p.req.Key, err)
+		if driver.Sleep(ctx, backoff(p.o, attempt)) != nil {
+			return driver.Grant{}, false, err
+		}
+		return driver.Grant{}, true, nil
+	}
+	return g, false, err
+}
+
+// subscribe starts the key's release notices, once. began reports that it
+// did; a failure other than ctx's leaves the waiter polling.
+func (p *poller) subscribe(ctx context.Context) (began bool, err error) {
+	p.subscribed = true
+	var s driver.Subscription
+	if ws, ok := p.l.b.(driver.WaiterSubscriber); ok {
+		s, err = ws.SubscribeWaiter(ctx, p.req.Key, p.req.Waiter)
+	} else {
+		s, err = p.l.b.Subscribe(ctx, p.req.Key)
+	}
+	switch {
+	case err == nil:
+		p.sub = s
+		return true, nil
+	case ctx.Err() != nil:
+		return false, err
+	default:
+		p.l.pollingInstead("subscribe failed", p.req.Key, err)
+		return false, nil
+	}
+}
+
+// wait waits before the next attempt: for a release notice if subscribed
+// (the timeout only covers a lost notice or a holder that expired instead
+// of releasing), else for a back-off cut short by the holder's remaining
+// TTL.
+func (p *poller) wait(ctx context.Context, attempt int, remaining time.Duration) error {
+	if p.sub != nil {
+		wctx, cancel := context.WithTimeout(ctx, fallbackPoll(p.o, remaining))
+		werr := p.sub.Wait(wctx)
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if werr != nil && !errors.Is(werr, context.DeadlineExceeded) {
+			p.l.pollingInstead("subscription failed", p.req.Key, werr)
+			_ = p.sub.Close()
+			p.sub = nil
+		}
+		return nil
+	}
+	delay := backoff(p.o, attempt)
+	if remaining > 0 && remaining < delay {
+		delay = remaining + jitter(p.o.BackoffMin)
+	}
+	return driver.Sleep(ctx, delay)
+}
+
+// end leaves the queue if the acquire failed after a queueing backend may
+// have queued the waiter, then closes the subscription.
+func (p *poller) end(err error) {
+	if err != nil && p.contended {
+		p.l.leaveQueue(*p.req, p.o)
+	}
+	if p.sub != nil {
+		_ = p.sub.Close()
+	}
+}
+
+// retryAfter is the holder's remaining TTL that a refusal reports, if any.
+func retryAfter(err error) time.Duration {
+	var held *HeldError
+	if errors.As(err, &held) {
+		return held.RetryAfter
+	}
+	return 0
 }
 
 // mayHaveTaken reports whether a failed attempt (err) may have taken the
