@@ -220,21 +220,9 @@ func (c lifeWithValues) Value(key any) any {
 }
 
 func (l *locker) acquire(ctx context.Context, key string, opts []Option, wait, renew bool) (*Lease, error) {
-	if ctx == nil {
-		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
-	}
-	o, err := driver.ResolveCall(l.opts, opts)
+	o, err := l.acquireSettings(ctx, key, opts)
 	if err != nil {
 		return nil, err
-	}
-	if err := ValidateKey(key); err != nil {
-		return nil, err
-	}
-	if err := validateTTL(o.TTL); err != nil {
-		return nil, err
-	}
-	if o.TTL <= o.Drift(o.TTL) {
-		return nil, fmt.Errorf("%w: %v is not above the clock-drift allowance %v", ErrInvalidTTL, o.TTL, o.Drift(o.TTL))
 	}
 	if err := l.enter(); err != nil {
 		return nil, err
@@ -249,39 +237,7 @@ func (l *locker) acquire(ctx context.Context, key string, opts []Option, wait, r
 	// a later attempt.
 	req := driver.Request{Key: key, TTL: o.TTL, Owner: newOwner(), Drift: o.DriftRule(), Value: o.Value}
 	began := now()
-	var (
-		g     driver.Grant
-		start time.Time
-	)
-	if wait && l.mode == driver.WaitQueue {
-		// The server's queue; Lock leaves nothing behind on failure, so a
-		// server out of reach is simply tried again.
-		var unreachable error // the last transient failure, for the caller if ctx ends
-		for attempt := 0; ; attempt++ {
-			start = now()
-			g, err = l.b.Lock(bctx, req)
-			if err != nil && bctx.Err() != nil && unreachable != nil {
-				err = unreachable
-			}
-			if err == nil || !transient(err) || bctx.Err() != nil {
-				break
-			}
-			unreachable = err
-			l.log(slog.LevelWarn, "server unavailable; retrying", key, err)
-			if driver.Sleep(bctx, backoff(&o, attempt)) != nil {
-				break // err is the last failure; acquireError adds ctx's
-			}
-			req.Owner = newOwner() // nothing of the failed attempt may match the next
-		}
-	} else if wait {
-		g, start, err = l.poll(bctx, &req, &o)
-	} else {
-		start = now()
-		g, err = l.b.TryLock(bctx, req)
-		if mayHaveTaken(err) {
-			l.abandon(req, &o)
-		}
-	}
+	g, start, err := l.attempt(bctx, &req, &o, wait)
 	if err != nil {
 		err = l.acquireError(ctx, bctx, key, err)
 		l.observe(ctx, Event{Kind: EventAcquireFailed, Key: key, Duration: now().Sub(began), Err: err})
@@ -296,6 +252,68 @@ func (l *locker) acquire(ctx context.Context, key string, opts []Option, wait, r
 	}
 	l.observe(ctx, Event{Kind: EventAcquired, Key: key, Token: g.Token, Duration: now().Sub(began)})
 	return lease, nil
+}
+
+// acquireSettings checks an acquire's arguments and resolves its settings.
+func (l *locker) acquireSettings(ctx context.Context, key string, opts []Option) (driver.Settings, error) {
+	if ctx == nil {
+		return driver.Settings{}, fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
+	o, err := driver.ResolveCall(l.opts, opts)
+	if err != nil {
+		return driver.Settings{}, err
+	}
+	if err := ValidateKey(key); err != nil {
+		return driver.Settings{}, err
+	}
+	if err := validateTTL(o.TTL); err != nil {
+		return driver.Settings{}, err
+	}
+	if o.TTL <= o.Drift(o.TTL) {
+		return driver.Settings{}, fmt.Errorf("%w: %v is not above the clock-drift allowance %v", ErrInvalidTTL, o.TTL, o.Drift(o.TTL))
+	}
+	return o, nil
+}
+
+// attempt acquires once (TryAcquire) or until ctx ends: in the server's
+// queue where the backend keeps one, else by polling. start is when the
+// attempt that won was sent.
+func (l *locker) attempt(ctx context.Context, req *driver.Request, o *driver.Settings, wait bool) (g driver.Grant, start time.Time, err error) {
+	switch {
+	case wait && l.mode == driver.WaitQueue:
+		return l.lockQueued(ctx, req, o)
+	case wait:
+		return l.poll(ctx, req, o)
+	}
+	start = now()
+	g, err = l.b.TryLock(ctx, *req)
+	if mayHaveTaken(err) {
+		l.abandon(*req, o)
+	}
+	return g, start, err
+}
+
+// lockQueued waits in the server's queue. Lock leaves nothing behind on
+// failure, so a server out of reach is simply tried again, with a new
+// owner value: nothing of the failed attempt may match the next.
+func (l *locker) lockQueued(ctx context.Context, req *driver.Request, o *driver.Settings) (g driver.Grant, start time.Time, err error) {
+	var unreachable error // the last transient failure, for the caller if ctx ends
+	for attempt := 0; ; attempt++ {
+		start = now()
+		g, err = l.b.Lock(ctx, *req)
+		if err != nil && ctx.Err() != nil && unreachable != nil {
+			err = unreachable
+		}
+		if err == nil || !transient(err) || ctx.Err() != nil {
+			return g, start, err
+		}
+		unreachable = err
+		l.log(slog.LevelWarn, "server unavailable; retrying", req.Key, err)
+		if driver.Sleep(ctx, backoff(o, attempt)) != nil {
+			return g, start, err // acquireError adds ctx's
+		}
+		req.Owner = newOwner()
+	}
 }
 
 // acquireError gives a failed acquire its public shape: ErrClosed if the
