@@ -31,6 +31,37 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Locker, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
 	}
+	u, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	opener, ok := driver.Lookup(u.Scheme)
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown scheme %q (known: %s; is the backend package imported?)",
+			ErrInvalidURL, u.Scheme, strings.Join(Schemes(), ", "))
+	}
+	urlOpts, err := commonOptions(u)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(urlOpts, opts...)
+	// Bad values fail before any connection is made.
+	if s, err := driver.Check(defaultSettings(), opts); err != nil {
+		return nil, err
+	} else if err := validateTTL(s.TTL); err != nil {
+		return nil, err
+	}
+	lockerOpts, backendOpts := driver.SplitOptions(opts)
+	b, err := opener(ctx, u, backendOpts)
+	if err != nil {
+		return nil, err
+	}
+	return New(b, lockerOpts...) // closes b if it fails
+}
+
+// parseURL parses rawURL, which must have a scheme. Its errors never
+// quote the URL's password.
+func parseURL(rawURL string) (*url.URL, error) {
 	u, err := url.Parse(rawURL)
 	if (err != nil && driver.HasUserinfo(rawURL)) || (err == nil && driver.MisreadUserinfo(u)) {
 		// url.Parse's message may quote a piece of the password.
@@ -48,41 +79,29 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Locker, error) {
 	if u.Scheme == "" {
 		return nil, fmt.Errorf("%w: %q has no scheme (known: %s)", ErrInvalidURL, driver.Redact(rawURL), strings.Join(Schemes(), ", "))
 	}
-	opener, ok := driver.Lookup(u.Scheme)
-	if !ok {
-		return nil, fmt.Errorf("%w: unknown scheme %q (known: %s; is the backend package imported?)",
-			ErrInvalidURL, u.Scheme, strings.Join(Schemes(), ", "))
-	}
+	return u, nil
+}
+
+// commonOptions takes the parameters every backend understands out of u's
+// query, leaving the backend's own.
+func commonOptions(u *url.URL) ([]Option, error) {
 	q := driver.NewQuery(u)
-	var urlOpts []Option
+	var opts []Option
 	if d, ok := q.Duration("ttl"); ok {
-		urlOpts = append(urlOpts, WithTTL(d))
+		opts = append(opts, WithTTL(d))
 	}
 	if b, ok := q.Bool("autorenew"); ok {
-		urlOpts = append(urlOpts, WithAutoRenew(b))
+		opts = append(opts, WithAutoRenew(b))
 	}
 	if d, ok := q.Duration("renew_interval"); ok {
-		urlOpts = append(urlOpts, WithRenewInterval(d))
+		opts = append(opts, WithRenewInterval(d))
 	}
 	if n, ok := q.Int64("fence_epoch"); ok {
-		urlOpts = append(urlOpts, WithFenceEpoch(n))
+		opts = append(opts, WithFenceEpoch(n))
 	}
 	if err := q.Err(); err != nil {
 		return nil, err
 	}
-	u2 := *u
-	u2.RawQuery = q.Rest().Encode()
-	opts = append(urlOpts, opts...)
-	// Bad values fail before any connection is made.
-	if s, err := driver.Check(defaultSettings(), opts); err != nil {
-		return nil, err
-	} else if err := validateTTL(s.TTL); err != nil {
-		return nil, err
-	}
-	lockerOpts, backendOpts := driver.SplitOptions(opts)
-	b, err := opener(ctx, &u2, backendOpts)
-	if err != nil {
-		return nil, err
-	}
-	return New(b, lockerOpts...) // closes b if it fails
+	u.RawQuery = q.Rest().Encode()
+	return opts, nil
 }
