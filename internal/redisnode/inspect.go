@@ -53,27 +53,29 @@ func inspectOn(ctx context.Context, c goredis.Scripter, keys []string) (NodeLock
 	if err != nil {
 		return NodeLock{}, fmt.Errorf("inspect script: %w", err)
 	}
-	bad := func() (NodeLock, error) { return NodeLock{}, fmt.Errorf("inspect script: unexpected reply %q", v) }
-	queue := len(keys) == 4
+	nl, ok := parseInspect(v, len(keys) == 4)
+	if !ok {
+		return NodeLock{}, fmt.Errorf("inspect script: unexpected reply %q", v)
+	}
+	return nl, nil
+}
+
+// parseInspect reads the inspect script's reply: {0} for a free key, else
+// {1, owner, pttl, counter} and, when the holder record is the owner's,
+// its token and value; with the queue, the waiter count comes last (and
+// the record's two places are nil when it is not the owner's).
+func parseInspect(v []any, queue bool) (NodeLock, bool) {
 	if len(v) == 0 {
-		return bad()
+		return NodeLock{}, false
 	}
 	if held, ok := v[0].(int64); !ok || held == 0 {
-		switch {
-		case ok && !queue && len(v) == 1:
-			return NodeLock{}, nil
-		case ok && queue && len(v) == 2:
-			if n, ok := v[1].(int64); ok {
-				return NodeLock{Waiters: int(n)}, nil
-			}
-		}
-		return bad()
+		return parseFree(v, ok, queue)
 	}
-	var waiters int
+	waiters := 0
 	if queue {
 		n, ok := v[len(v)-1].(int64)
 		if len(v) != 7 || !ok {
-			return bad()
+			return NodeLock{}, false
 		}
 		waiters = int(n)
 		if v[4] == nil && v[5] == nil {
@@ -83,14 +85,35 @@ func inspectOn(ctx context.Context, c goredis.Scripter, keys []string) (NodeLock
 		}
 	}
 	if len(v) != 4 && len(v) != 6 {
-		return bad()
+		return NodeLock{}, false
 	}
+	nl, ok := parseHeld(v)
+	nl.Waiters = waiters
+	return nl, ok
+}
+
+// parseFree reads the reply for a free key; flagOK is whether its first
+// element was an integer.
+func parseFree(v []any, flagOK, queue bool) (NodeLock, bool) {
+	switch {
+	case flagOK && !queue && len(v) == 1:
+		return NodeLock{}, true
+	case flagOK && queue && len(v) == 2:
+		if n, ok := v[1].(int64); ok {
+			return NodeLock{Waiters: int(n)}, true
+		}
+	}
+	return NodeLock{}, false
+}
+
+// parseHeld reads the reply for a held key, without the queue's count.
+func parseHeld(v []any) (NodeLock, bool) {
 	owner, ok1 := v[1].(string)
 	pttl, ok2 := v[2].(int64)
 	if !ok1 || !ok2 {
-		return bad()
+		return NodeLock{}, false
 	}
-	nl := NodeLock{Held: true, Owner: owner, TTL: time.Duration(max(pttl, 0)) * time.Millisecond, Waiters: waiters}
+	nl := NodeLock{Held: true, Owner: owner, TTL: time.Duration(max(pttl, 0)) * time.Millisecond}
 	if s, ok := v[3].(string); ok {
 		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 			nl.Counter, nl.CounterOK = distlock.Token(n), true
@@ -101,9 +124,9 @@ func inspectOn(ctx context.Context, c goredis.Scripter, keys []string) (NodeLock
 		value, ok2 := v[5].(string)
 		n, err := strconv.ParseInt(tok, 10, 64)
 		if !ok1 || !ok2 || err != nil {
-			return bad()
+			return NodeLock{}, false
 		}
 		nl.Recorded, nl.Token, nl.Value = true, distlock.Token(n), value
 	}
-	return nl, nil
+	return nl, true
 }
