@@ -120,50 +120,63 @@ func staleAgainst(f distlock.Fence, epoch int64, token distlock.Token, holder *s
 	return holder == nil || *holder != f.Holder
 }
 
-// build returns the UPDATE, the fence read for the failure path, and the
-// arguments: the Set values, the token, the holder, then the Key values (the
-// read uses only the Key values, so it shares the tail of the slice).
-func (u *RowUpdate) build(f distlock.Fence) (update, check string, args []any, err error) {
+// validate checks the update's names before any SQL is written: every
+// identifier valid, no column written twice, a key to select the row.
+func (u *RowUpdate) validate(f distlock.Fence) error {
 	if len(u.Table) == 0 || len(u.Table) > 3 {
-		return "", "", nil, invalid("table name needs 1 to 3 parts, got %d", len(u.Table))
+		return invalid("table name needs 1 to 3 parts, got %d", len(u.Table))
 	}
 	for _, p := range u.Table {
 		if err := checkIdent(p); err != nil {
-			return "", "", nil, invalid("table name: %w", err)
+			return invalid("table name: %w", err)
 		}
 	}
 	if err := checkIdent(u.Fence); err != nil {
-		return "", "", nil, invalid("fence column: %w", err)
+		return invalid("fence column: %w", err)
 	}
 	if err := checkIdent(u.Holder); err != nil {
-		return "", "", nil, invalid("holder column: %w", err)
+		return invalid("holder column: %w", err)
 	}
 	if u.Holder == u.Fence {
-		return "", "", nil, invalid("holder column %q is the fence column", u.Holder)
+		return invalid("holder column %q is the fence column", u.Holder)
 	}
 	if err := u.checkEpoch(f); err != nil {
-		return "", "", nil, err
+		return err
 	}
 	if len(u.Key) == 0 {
 		// Without a key the UPDATE would write every row.
-		return "", "", nil, invalid("no key columns")
+		return invalid("no key columns")
 	}
+	return u.checkColumns()
+}
+
+// checkColumns checks the Set and Key column names.
+func (u *RowUpdate) checkColumns() error {
 	seen := map[string]bool{u.Fence: true, u.Holder: true, u.Epoch: u.Epoch != ""}
 	for _, c := range u.Set {
 		if err := checkIdent(c.Name); err != nil {
-			return "", "", nil, invalid("set column: %w", err)
+			return invalid("set column: %w", err)
 		}
 		if seen[c.Name] {
-			return "", "", nil, invalid("column %q is set twice or is the fence, holder or epoch column", c.Name)
+			return invalid("column %q is set twice or is the fence, holder or epoch column", c.Name)
 		}
 		seen[c.Name] = true
 	}
 	for _, c := range u.Key {
 		if err := checkIdent(c.Name); err != nil {
-			return "", "", nil, invalid("key column: %w", err)
+			return invalid("key column: %w", err)
 		}
 	}
+	return nil
+}
 
+// build returns the UPDATE, the fence read for the failure path, and the
+// arguments: the Set values, the token, the holder, then the Key values (the
+// read uses only the Key values, so it shares the tail of the slice).
+func (u *RowUpdate) build(f distlock.Fence) (update, check string, args []any, err error) {
+	if err := u.validate(f); err != nil {
+		return "", "", nil, err
+	}
 	table := u.Table.Sanitize()
 	fence := pgx.Identifier{u.Fence}.Sanitize()
 	holder := pgx.Identifier{u.Holder}.Sanitize()
