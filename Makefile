@@ -41,7 +41,15 @@ test: setup
 	@unformatted="$$(gofmt -l .)"; if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	for m in $(TIDY_MODULES); do (cd $$m && GOWORK=off $(GO) mod tidy -diff) || exit 1; done
 	for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	$(MAKE) --no-print-directory complexity
 	for m in $(MODULES); do (cd $$m && $(GO) test -race -count=1 -timeout 15m ./...) || exit 1; done
+
+# Every library function at cyclomatic complexity 15 or less (gocyclo, a
+# tool of the cmd module): the tools, examples and test helpers are not
+# library code.
+.PHONY: complexity
+complexity:
+	cd cmd && $(GO) tool gocyclo -over 15 -ignore '_test\.go$$|^\.\./(cmd|examples|internal/testserver|internal/testutil)/' ..
 
 bench: setup
 	for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchtime 2s ./...) || exit 1; done

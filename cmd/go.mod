@@ -17,7 +17,11 @@ module github.com/distlock/distlock/cmd
 
 go 1.26.0
 
+// The complexity check of `make test` (library functions at most 15).
+tool github.com/fzipp/gocyclo/cmd/gocyclo
+
 require (
+	github.com/fzipp/gocyclo v0.6.0
 	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/bsm/redislock v0.9.4
