@@ -196,7 +196,6 @@ func electionResignHandsOver(e *env) {
 }
 
 func electionPausedLeaderReplaced(e *env) {
-	e.needCrash()
 	role := e.key("role")
 	paused := e.locker()
 	a, b := e.election(paused, role), e.election(e.locker(), role)

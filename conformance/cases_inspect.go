@@ -112,7 +112,6 @@ func inspectNewHolder(e *env) {
 }
 
 func inspectAfterCrash(e *env) {
-	e.needCrash()
 	a, b := e.locker(), e.locker()
 	key := e.key("k")
 	ls := e.tryAcquire(a, key, distlock.WithTTL(e.h.TTL), distlock.WithAutoRenew(true), distlock.WithValue("crashed"))

@@ -3,7 +3,6 @@ package conformance
 import "github.com/distlock/distlock"
 
 func tokensAfterCrash(e *env) {
-	e.needCrash()
 	a, b := e.locker(), e.locker()
 	key := e.key("k")
 	first := e.tryAcquire(a, key, distlock.WithTTL(e.h.TTL), distlock.WithAutoRenew(true))

@@ -84,19 +84,12 @@ func watchSeesChanges(e *env) {
 	expect(nil, "", "the next release")
 
 	// A lock that ends on the server without a release: the crash of its
-	// holder (its TTL or session runs out), or else its TTL.
-	switch {
-	case e.h.Crash != nil:
-		c := e.locker()
-		ls := e.tryAcquire(c, key, distlock.WithTTL(e.h.TTL), distlock.WithAutoRenew(true), distlock.WithValue("crashing"))
-		expect(ls, "crashing", "a grant to a holder about to crash")
-		e.crash(c)
-		expect(nil, "", "the end of a crashed holder's lock")
-	case !e.sessionTTL(a):
-		ls := e.tryAcquire(a, key, distlock.WithTTL(e.h.TTL), distlock.WithValue("expiring"))
-		expect(ls, "expiring", "a grant left to expire")
-		expect(nil, "", "an expiry")
-	}
+	// holder (its TTL or session runs out).
+	c := e.locker()
+	ls := e.tryAcquire(c, key, distlock.WithTTL(e.h.TTL), distlock.WithAutoRenew(true), distlock.WithValue("crashing"))
+	expect(ls, "crashing", "a grant to a holder about to crash")
+	e.crash(c)
+	expect(nil, "", "the end of a crashed holder's lock")
 	cancel()
 	mustClose(e, ch, "Watch after its context ended")
 

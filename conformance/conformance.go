@@ -11,18 +11,21 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // Harness connects the suite to a backend.
 type Harness struct {
-	// NewLocker returns a new Locker — its own client or session — on the
-	// server shared by every Locker of this harness. Required.
-	NewLocker func(ctx context.Context) (distlock.Locker, error)
+	// NewBackend returns a new backend — its own client or session — on
+	// the server shared by every backend of this harness. The suite makes
+	// a Locker of each, over a switch that crashes it. Required.
+	NewBackend func(ctx context.Context) (driver.Backend, error)
 
-	// Crash makes l stop as a crashed process would: no release, no more
-	// renewal; the server keeps l's locks until they expire. Nil skips the
-	// crash cases.
-	Crash func(ctx context.Context, l distlock.Locker) error
+	// Crash stops what else a crashed process would stop, once the suite
+	// has made every call of b fail: a session's connection (ZooKeeper),
+	// keep-alives the backend sends by itself. The server must keep b's
+	// locks until they expire. Nil: nothing else.
+	Crash func(ctx context.Context, b driver.Backend) error
 
 	// ForceExpire ends key's lock on the server, as an expiry, a lost
 	// session or a clock jump would. Nil skips the forced-expiry cases.
@@ -34,6 +37,13 @@ type Harness struct {
 
 	// Contenders × Rounds size the mutual-exclusion case (default 8 × 25).
 	Contenders, Rounds int
+
+	// For the suite's own tests (export_test.go): wrapBackend breaks the
+	// backend above the crash switch (a broken client answers even when
+	// its calls would not arrive), wrapLocker breaks the Locker above the
+	// portable layer.
+	wrapBackend func(driver.Backend) driver.Backend
+	wrapLocker  func(distlock.Locker) distlock.Locker
 }
 
 func (h Harness) withDefaults() Harness {
@@ -111,8 +121,8 @@ func Run(t *testing.T, h Harness) {
 
 // Check runs the case alone. It returns nil, a *SkipError, or a *CaseError.
 func (c Case) Check(ctx context.Context, h Harness) (err error) {
-	if h.NewLocker == nil {
-		return &CaseError{Case: c.Name, Rule: c.Rule, Err: errors.New("harness has no NewLocker")}
+	if h.NewBackend == nil {
+		return &CaseError{Case: c.Name, Rule: c.Rule, Err: errors.New("harness has no NewBackend")}
 	}
 	h = h.withDefaults()
 	// A case that outlives this has hung: fail it rather than the run.
@@ -143,7 +153,7 @@ type env struct {
 	name    string
 	prefix  string
 	mu      sync.Mutex
-	lockers []distlock.Locker
+	lockers map[distlock.Locker]*crashable
 }
 
 // failure and skipped unwind a case from the goroutine running it, as
@@ -156,13 +166,29 @@ func (e *env) skip(reason string)              { panic(skipped(reason)) }
 
 func (e *env) key(name string) string { return e.prefix + name }
 
+// locker returns a Locker on a new backend, closed at the case's end.
 func (e *env) locker() distlock.Locker {
-	l, err := e.h.NewLocker(e.ctx)
+	b, err := e.h.NewBackend(e.ctx)
 	if err != nil {
-		e.fail("NewLocker: %v", err)
+		e.fail("NewBackend: %v", err)
+	}
+	c := &crashable{Backend: b}
+	var top driver.Backend = c
+	if e.h.wrapBackend != nil {
+		top = e.h.wrapBackend(c)
+	}
+	l, err := distlock.New(top) // closes top if it fails
+	if err != nil {
+		e.fail("distlock.New: %v", err)
+	}
+	if e.h.wrapLocker != nil {
+		l = e.h.wrapLocker(l)
 	}
 	e.mu.Lock()
-	e.lockers = append(e.lockers, l)
+	if e.lockers == nil {
+		e.lockers = make(map[distlock.Locker]*crashable)
+	}
+	e.lockers[l] = c
 	e.mu.Unlock()
 	return l
 }
@@ -170,7 +196,7 @@ func (e *env) locker() distlock.Locker {
 func (e *env) cleanup() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, l := range e.lockers {
+	for l := range e.lockers {
 		_ = l.Close()
 	}
 }
@@ -259,16 +285,22 @@ func (e *env) endOnServer(key string) {
 	e.skip("harness has no ForceExpire")
 }
 
-func (e *env) needCrash() {
-	if e.h.Crash == nil {
-		e.skip("harness has no Crash")
-	}
-}
-
+// crash makes l stop as a crashed process would: no release, no more
+// renewal; the server keeps l's locks until they expire.
 func (e *env) crash(l distlock.Locker) {
+	e.mu.Lock()
+	c := e.lockers[l]
+	e.mu.Unlock()
+	if c == nil {
+		e.fail("crash: a Locker the case did not make")
+	}
+	c.crash()
+	if e.h.Crash == nil {
+		return
+	}
 	ctx, cancel := e.timeout(e.patience())
 	defer cancel()
-	if err := e.h.Crash(ctx, l); err != nil {
+	if err := e.h.Crash(ctx, c.Backend); err != nil {
 		e.fail("Crash: %v", err)
 	}
 }

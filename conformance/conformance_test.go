@@ -25,19 +25,12 @@ func harnessOn(wrap func(driver.Backend, *memory.Store) driver.Backend) conforma
 // wrapLocker: rules the portable layer keeps (Watch's) are broken there.
 func harnessOfLockers(wrap func(driver.Backend, *memory.Store) driver.Backend, wrapLocker func(distlock.Locker) distlock.Locker) conformance.Harness {
 	store := memory.NewStore()
-	var reg conformance.CrashRegistry
-	return conformance.Harness{
-		NewLocker: func(context.Context) (distlock.Locker, error) {
-			// The broken layer sits above the crash switch, so its optional
-			// interfaces (Blocker) stay visible to the portable layer.
-			c := conformance.NewCrashable(memory.NewBackend(store))
-			l, err := distlock.New(inspectable(wrap(c, store), c))
-			if err != nil {
-				return nil, err
-			}
-			return reg.Add(wrapLocker(l), c), nil
-		},
-		Crash: reg.Crash,
+	// The broken layer sits above the crash switch, so it answers after a
+	// crash as a broken client would, and its optional interfaces (Lock)
+	// stay visible to the portable layer.
+	broken := func(c driver.Backend) driver.Backend { return inspectable(wrap(c, store), c) }
+	return conformance.WithWrappers(conformance.Harness{
+		NewBackend: func(context.Context) (driver.Backend, error) { return memory.NewBackend(store), nil },
 		ForceExpire: func(_ context.Context, key string) error {
 			if !store.ForceExpire(key) {
 				return fmt.Errorf("key %q is not held", key)
@@ -47,7 +40,7 @@ func harnessOfLockers(wrap func(driver.Backend, *memory.Store) driver.Backend, w
 		TTL:        200 * time.Millisecond,
 		Contenders: 6,
 		Rounds:     15,
-	}
+	}, broken, wrapLocker)
 }
 
 // noExclusion grants every attempt, held key or not.
@@ -353,14 +346,14 @@ func TestCheckReportsAll(t *testing.T) {
 		t.Fatalf("Check error is not a *CaseError: %v", err)
 	}
 	if err := conformance.Check(t.Context(), conformance.Harness{}); err == nil {
-		t.Fatal("Check passed a harness with no NewLocker")
+		t.Fatal("Check passed a harness with no NewBackend")
 	}
 }
 
 func TestMissingCapabilitiesSkip(t *testing.T) {
 	h := harnessOn(func(b driver.Backend, _ *memory.Store) driver.Backend { return b })
-	h.Crash, h.ForceExpire = nil, nil
-	for _, name := range []string{"CrashFreesAfterTTL", "ForcedExpiryEndsDone", "StaleReleaseKeepsNewHolder"} {
+	h.ForceExpire = nil
+	for _, name := range []string{"ForcedExpiryEndsDone", "StaleReleaseKeepsNewHolder"} {
 		err := findCase(t, name).Check(t.Context(), h)
 		var skip *conformance.SkipError
 		if !errors.As(err, &skip) {
@@ -399,7 +392,7 @@ func (q *queueOnly) Lock(ctx context.Context, req driver.Request) (driver.Grant,
 
 func TestCrashableKeepsQueue(t *testing.T) {
 	q := &queueOnly{Backend: memory.NewBackend(memory.NewStore())}
-	c := conformance.NewCrashable(q)
+	c := &conformance.Crashable{Backend: q}
 	l, err := distlock.New(c)
 	if err != nil {
 		t.Fatal(err)
@@ -413,9 +406,6 @@ func TestCrashableKeepsQueue(t *testing.T) {
 		t.Fatalf("Acquire did not go through the wrapped Lock (%d calls)", q.locks.Load())
 	}
 	c.Crash()
-	if !c.Crashed() {
-		t.Fatal("Crashed() false after Crash")
-	}
 	if _, err := l.Acquire(t.Context(), "other"); !errors.Is(err, conformance.ErrCrashed) {
 		t.Fatalf("Acquire after Crash: %v", err)
 	}

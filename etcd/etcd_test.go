@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,33 +48,12 @@ func (b *backend) crash() {
 	}
 }
 
-// crashBackend is conformance.Crashable plus the backend's own crash (its
-// loss watches stop, its connection closes).
-type crashBackend struct {
-	*conformance.Crashable
-	b    *backend
-	dead atomic.Bool
-}
-
-func (c *crashBackend) Lock(ctx context.Context, req driver.Request) (driver.Grant, error) {
-	if c.dead.Load() {
-		return driver.Grant{}, conformance.ErrCrashed
-	}
-	return c.b.Lock(ctx, req)
-}
-
-func (c *crashBackend) crash() {
-	c.dead.Store(true)
-	c.Crashable.Crash()
-	c.b.crash()
-}
-
 // pollingBackend declares no server queue, so the portable layer waits by
 // polling TryLock.
-type pollingBackend struct{ *conformance.Crashable }
+type pollingBackend struct{ *backend }
 
 func (p pollingBackend) Guarantees() distlock.Guarantees {
-	g := p.Crashable.Guarantees()
+	g := p.backend.Guarantees()
 	g.Wait = distlock.WaitPoll
 	g.FIFO = false // polling waiters race
 	return g
@@ -84,7 +62,7 @@ func (p pollingBackend) Guarantees() distlock.Guarantees {
 // Inspect reports no queue, as a backend without one does: with TryLock
 // only, nobody waits on the server.
 func (p pollingBackend) Inspect(ctx context.Context, key string) (driver.Holder, error) {
-	h, err := p.Crashable.Inspect(ctx, key)
+	h, err := p.backend.Inspect(ctx, key)
 	if err != nil {
 		return driver.Holder{}, err
 	}
@@ -111,39 +89,23 @@ func harness(t *testing.T, endpoints []string, blocking bool) conformance.Harnes
 // harnessOn runs the suite on the backends that open makes (each owning
 // its client), with admin to force expiries.
 func harnessOn(admin *clientv3.Client, open func(context.Context) (*backend, error), blocking bool) conformance.Harness {
-	var (
-		mu      sync.Mutex
-		crashes = map[distlock.Locker]func(){}
-	)
 	return conformance.Harness{
-		NewLocker: func(ctx context.Context) (distlock.Locker, error) {
+		NewBackend: func(ctx context.Context) (driver.Backend, error) {
 			b, err := open(ctx)
-			if err != nil {
+			switch {
+			case err != nil:
 				return nil, err
+			case blocking:
+				return b, nil
 			}
-			c := &crashBackend{Crashable: conformance.NewCrashable(b), b: b}
-			var wrapped driver.Backend = c
-			if !blocking {
-				wrapped = pollingBackend{c.Crashable}
-			}
-			l, err := distlock.New(wrapped)
-			if err != nil {
-				_ = b.Close()
-				return nil, err
-			}
-			mu.Lock()
-			crashes[l] = c.crash
-			mu.Unlock()
-			return l, nil
+			return pollingBackend{b}, nil
 		},
-		Crash: func(_ context.Context, l distlock.Locker) error {
-			mu.Lock()
-			crash := crashes[l]
-			mu.Unlock()
-			if crash == nil {
-				return errors.New("unknown Locker")
+		// A crashed process's loss watches stop and its connection closes.
+		Crash: func(_ context.Context, b driver.Backend) error {
+			if p, ok := b.(pollingBackend); ok {
+				b = p.backend
 			}
-			crash()
+			b.(*backend).crash()
 			return nil
 		},
 		ForceExpire: func(ctx context.Context, key string) error {

@@ -10,23 +10,15 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/conformance"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/memory"
 )
 
 // Harness returns a conformance harness on a fresh Store.
 func harness() conformance.Harness {
 	store := memory.NewStore()
-	var reg conformance.CrashRegistry
 	return conformance.Harness{
-		NewLocker: func(context.Context) (distlock.Locker, error) {
-			c := conformance.NewCrashable(memory.NewBackend(store))
-			l, err := distlock.New(c)
-			if err != nil {
-				return nil, err
-			}
-			return reg.Add(l, c), nil
-		},
-		Crash: reg.Crash,
+		NewBackend: func(context.Context) (driver.Backend, error) { return memory.NewBackend(store), nil },
 		ForceExpire: func(_ context.Context, key string) error {
 			if !store.ForceExpire(key) {
 				return fmt.Errorf("key %q is not held", key)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/conformance"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/internal/testserver"
 	"github.com/distlock/distlock/redis"
@@ -42,28 +43,18 @@ func newLocker(t testing.TB, addr string, opts ...distlock.Option) distlock.Lock
 	return l
 }
 
-// harness runs the conformance suite on client(): a crash stops the
-// Locker's calls (no release, no renewal) and drops its client; a forced
-// expiry DELs the lock key through a separate admin client.
+// harness runs the conformance suite on client(); a forced expiry DELs the
+// lock key through a separate admin client.
 func harness(admin goredis.UniversalClient, client func() goredis.UniversalClient, prefix string, opts ...distlock.Option) conformance.Harness {
-	var reg conformance.CrashRegistry
 	return conformance.Harness{
-		NewLocker: func(ctx context.Context) (distlock.Locker, error) {
+		NewBackend: func(ctx context.Context) (driver.Backend, error) {
 			c := client()
 			b, err := redis.NewBackend(c, append([]distlock.Option{redis.WithKeyPrefix(prefix), redis.WithCloseClient(true)}, opts...)...)
 			if err != nil {
 				_ = c.Close()
-				return nil, err
 			}
-			cb := conformance.NewCrashable(b)
-			l, err := distlock.New(cb)
-			if err != nil {
-				_ = cb.Close()
-				return nil, err
-			}
-			return reg.Add(l, cb), nil
+			return b, err
 		},
-		Crash: reg.Crash,
 		ForceExpire: func(ctx context.Context, key string) error {
 			n, err := admin.Del(ctx, redisnode.KeysFor(prefix, key).Lock).Result()
 			if err != nil {

@@ -142,22 +142,8 @@ func TestSecured(t *testing.T) {
 			t.Fatal(err)
 		}
 		opener, _ := driver.Lookup(u.Scheme)
-		var reg conformance.CrashRegistry
 		conformance.Run(t, conformance.Harness{
-			NewLocker: func(ctx context.Context) (distlock.Locker, error) {
-				b, err := opener(ctx, u, nil)
-				if err != nil {
-					return nil, err
-				}
-				cb := conformance.NewCrashable(b)
-				l, err := distlock.New(cb)
-				if err != nil {
-					_ = cb.Close()
-					return nil, err
-				}
-				return reg.Add(l, cb), nil
-			},
-			Crash: reg.Crash,
+			NewBackend: func(ctx context.Context) (driver.Backend, error) { return opener(ctx, u, nil) },
 			ForceExpire: func(ctx context.Context, key string) error {
 				n, err := s.admin.Del(ctx, redisnode.KeysFor(s.prefix+"conf:", key).Lock).Result()
 				if err == nil && n != 1 {

@@ -78,21 +78,8 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	opener, _ := driver.Lookup(u.Scheme)
-	var reg conformance.CrashRegistry
 	conformance.Run(t, conformance.Harness{
-		NewLocker: func(ctx context.Context) (distlock.Locker, error) {
-			b, err := opener(ctx, u, nil)
-			if err != nil {
-				return nil, err
-			}
-			cb := conformance.NewCrashable(b)
-			l, err := distlock.New(cb) // closes cb if it fails
-			if err != nil {
-				return nil, err
-			}
-			return reg.Add(l, cb), nil
-		},
-		Crash: reg.Crash,
+		NewBackend: func(ctx context.Context) (driver.Backend, error) { return opener(ctx, u, nil) },
 		// A forced expiry deletes the lock on every node.
 		ForceExpire: func(ctx context.Context, key string) error {
 			var deleted int64

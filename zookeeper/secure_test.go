@@ -19,6 +19,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/conformance"
+	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/testserver"
 )
 
@@ -143,7 +144,7 @@ type urlHarness struct {
 	s *secured
 
 	mu     sync.Mutex
-	relays map[distlock.Locker]*relay
+	relays map[driver.Backend]*relay
 }
 
 const confBase = "/least-privilege"
@@ -156,35 +157,40 @@ func testConformanceByURL(t *testing.T, s *secured) {
 	if _, err := s.super.Create(confBase, nil, 0, zk.DigestACL(zk.PermCreate|zk.PermRead|zk.PermDelete, "alice", alicePassword)); err != nil {
 		t.Fatal(err)
 	}
-	h := &urlHarness{t: t, s: s, relays: map[distlock.Locker]*relay{}}
+	h := &urlHarness{t: t, s: s, relays: map[driver.Backend]*relay{}}
 	conformance.Run(t, conformance.Harness{
-		NewLocker:   h.newLocker,
+		NewBackend:  h.newBackend,
 		Crash:       h.crash,
 		ForceExpire: h.forceExpire,
 		TTL:         urlTTL,
 	})
 }
 
-func (h *urlHarness) newLocker(ctx context.Context) (distlock.Locker, error) {
+func (h *urlHarness) newBackend(ctx context.Context) (driver.Backend, error) {
 	r := newRawRelay(h.t, h.s.srv.SecureAddr())
-	l, err := distlock.Open(ctx, h.s.url(r.addr(), "alice:"+alicePassword, confBase, "session_timeout", urlTTL.String()))
+	u, err := url.Parse(h.s.url(r.addr(), "alice:"+alicePassword, confBase, "session_timeout", urlTTL.String()))
+	if err != nil {
+		return nil, err
+	}
+	opener, _ := driver.Lookup(u.Scheme)
+	b, err := opener(ctx, u, nil)
 	if err != nil {
 		return nil, err
 	}
 	h.mu.Lock()
-	h.relays[l] = r
+	h.relays[b] = r
 	h.mu.Unlock()
-	return l, nil
+	return b, nil
 }
 
-// crash cuts l off without a closeSession: it can neither renew nor
+// crash cuts b off without a closeSession: it can neither renew nor
 // release, and the server ends its session after the timeout.
-func (h *urlHarness) crash(_ context.Context, l distlock.Locker) error {
+func (h *urlHarness) crash(_ context.Context, b driver.Backend) error {
 	h.mu.Lock()
-	r := h.relays[l]
+	r := h.relays[b]
 	h.mu.Unlock()
 	if r == nil {
-		return errors.New("Locker not made by this harness")
+		return errors.New("backend not made by this harness")
 	}
 	r.cut()
 	return nil

@@ -55,56 +55,85 @@ func adminConn(t testing.TB, servers ...string) *zk.Conn {
 // that Locker's TCP connection without a closeSession, and ForceExpire can
 // expire the holder's session with its password.
 type zkHarness struct {
-	t     *testing.T
-	srv   *testserver.Server
-	admin *zk.Conn
-	book  sessionBook
-	reg   conformance.CrashRegistry
-
+	t      *testing.T
+	srv    *testserver.Server
+	admin  *zk.Conn
+	book   sessionBook
 	mu     sync.Mutex
-	relays map[distlock.Locker]*relay
+	relays map[distlock.Locker]*relay // newLocker's
+	cuts   map[driver.Backend]*relay  // the conformance harness's
 }
 
 func newHarness(t *testing.T, srv *testserver.Server) *zkHarness {
 	return &zkHarness{t: t, srv: srv, admin: adminConn(t, srv.Addr()),
-		relays: map[distlock.Locker]*relay{}}
+		relays: map[distlock.Locker]*relay{}, cuts: map[driver.Backend]*relay{}}
 }
 
 func (h *zkHarness) harness() conformance.Harness {
 	return conformance.Harness{
-		NewLocker:   func(ctx context.Context) (distlock.Locker, error) { return h.newLocker(ctx) },
-		Crash:       h.crash,
+		NewBackend: func(ctx context.Context) (driver.Backend, error) {
+			b, r, err := h.newBackend(ctx, nil)
+			if err != nil {
+				return nil, err
+			}
+			h.mu.Lock()
+			h.cuts[b] = r
+			h.mu.Unlock()
+			return b, nil
+		},
+		// A crashed process's connection drops without a closeSession: the
+		// server ends the session after its timeout.
+		Crash: func(_ context.Context, b driver.Backend) error {
+			h.mu.Lock()
+			r := h.cuts[b]
+			h.mu.Unlock()
+			if r == nil {
+				return errors.New("backend not made by this harness")
+			}
+			r.cut()
+			return nil
+		},
 		ForceExpire: h.forceExpire,
 		TTL:         sessionTimeout,
 	}
 }
 
-func (h *zkHarness) newLocker(ctx context.Context, opts ...distlock.Option) (distlock.Locker, error) {
+// newBackend dials a backend through a relay of its own, which tests cut
+// or sever to fake a crash or a network fault.
+func (h *zkHarness) newBackend(ctx context.Context, opts []distlock.Option) (driver.Backend, *relay, error) {
 	r := newRelay(h.t, h.srv.Addr(), &h.book)
+	b, err := dialBackend(ctx, []string{r.addr()}, append([]distlock.Option{WithSessionTimeout(sessionTimeout)}, opts...))
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, r, nil
+}
+
+func (h *zkHarness) newLocker(ctx context.Context, opts ...distlock.Option) (distlock.Locker, error) {
 	lockerOpts, backendOpts := driver.SplitOptions(opts)
-	b, err := dialBackend(ctx, []string{r.addr()}, append([]distlock.Option{WithSessionTimeout(sessionTimeout)}, backendOpts...))
+	b, r, err := h.newBackend(ctx, backendOpts)
 	if err != nil {
 		return nil, err
 	}
-	cb := conformance.NewCrashable(b) // keeps the server queue (Lock)
-	l, err := distlock.New(cb, lockerOpts...)
+	l, err := distlock.New(b, lockerOpts...)
 	if err != nil {
 		return nil, err
 	}
-	h.reg.Add(l, cb)
 	h.mu.Lock()
 	h.relays[l] = r
 	h.mu.Unlock()
 	return l, nil
 }
 
-func (h *zkHarness) crash(ctx context.Context, l distlock.Locker) error {
-	if err := h.reg.Crash(ctx, l); err != nil {
-		return err
-	}
+// crash cuts l off without a closeSession: it can neither renew nor
+// release, and the server ends its session after the timeout.
+func (h *zkHarness) crash(_ context.Context, l distlock.Locker) error {
 	h.mu.Lock()
 	r := h.relays[l]
 	h.mu.Unlock()
+	if r == nil {
+		return errors.New("Locker not made by this harness")
+	}
 	r.cut()
 	return nil
 }
