@@ -196,6 +196,11 @@ func (h *zkHarness) forceExpire(ctx context.Context, key string) error {
 			distlock.As(l, &owner)
 		}
 	}
+	for b, r := range h.cuts {
+		if r == info.relay {
+			owner, _ = b.(*backend)
+		}
+	}
 	h.mu.Unlock()
 	if owner == nil {
 		return nil
