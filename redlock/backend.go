@@ -13,7 +13,7 @@ import (
 	"github.com/distlock/distlock/redis"
 )
 
-// backend implements driver.Backend and driver.Notifier over the nodes.
+// backend implements driver.Backend (Subscribe included) over the nodes.
 type backend struct {
 	driver.NoQueue
 	nodes        []*node

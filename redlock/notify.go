@@ -12,7 +12,7 @@ import (
 	"github.com/distlock/distlock/driver"
 )
 
-// Subscribe implements driver.Notifier: it subscribes to key's release
+// Subscribe implements driver.Backend: it subscribes to key's release
 // notices on every node (no I/O until the first Wait). A release publishes
 // on each node that held the lock, so a notice from any node wakes the
 // waiter (but see SubscribeWaiter).
@@ -252,9 +252,10 @@ func (s *subscription) Close() error {
 
 // mutedPoll bounds a Wait while nodes are muted: it returns by then as if
 // notified. A "held" node can also become free without a notice (a key
-// deleted by hand, a FLUSHALL, eviction), which before the mute the
-// waiter's spin on its own give-backs found at once; review 3 saw the
-// fallback poll find it 3.5-6.5 s late. A few attempts a second, not ~700.
+// deleted by hand, a FLUSHALL, eviction); the portable layer's fallback
+// poll alone would find that seconds late, while the spin on its own
+// give-backs that muting stops found it at once but cost hundreds of
+// attempts a second. This keeps it to a few attempts a second.
 const mutedPoll = 500 * time.Millisecond
 
 // wakeJitter bounds the random delay between a release notice and the
