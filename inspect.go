@@ -43,11 +43,11 @@ func (l *locker) inspect(ctx, bctx context.Context, in driver.Inspector, key str
 	return Holder{}, fmt.Errorf("distlock: %s: inspect %q: %w", l.name, key, unavailable(err))
 }
 
-func (l *locker) Watch(ctx context.Context, key string, opts ...Option) (<-chan Holder, error) {
+func (l *locker) Watch(ctx context.Context, key string, opts ...CallOption) (<-chan Holder, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
 	}
-	o, err := driver.ResolveCall(l.opts, opts)
+	o, err := driver.ResolveCall(l.opts, driver.Options(opts))
 	if err != nil {
 		return nil, err
 	}

@@ -109,26 +109,20 @@ func (ls *Lease) As(target any) bool {
 }
 
 // Refresh extends the lease to its TTL (or to WithTTL's, which then becomes
-// the lease's TTL) from now. WithTTL is the one option it takes; any other
-// that would change something is an error matching ErrInvalidOption. It
-// returns an error matching ErrNotHeld, and ErrLeaseLost, if the lease
-// ended or the server no longer has it as ours; any other error leaves the
-// lease as it was.
-func (ls *Lease) Refresh(ctx context.Context, opts ...Option) error {
+// the lease's TTL) from now. It returns an error matching ErrNotHeld, and
+// ErrLeaseLost, if the lease ended or the server no longer has it as ours;
+// any other error leaves the lease as it was.
+func (ls *Lease) Refresh(ctx context.Context, opts ...RefreshOption) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidOption)
 	}
-	base := ls.o
-	base.TTL = ls.TTL()
-	o, err := driver.ResolveCall(base, opts)
-	if err != nil {
-		return err
+	ttl := ls.TTL()
+	for _, o := range opts {
+		if t, ok := o.(ttlOpt); ok {
+			ttl = t.ttl
+		}
 	}
-	if o.AutoRenew != base.AutoRenew || o.RenewInterval != base.RenewInterval || o.DriftRule() != base.DriftRule() ||
-		o.BackoffMin != base.BackoffMin || o.BackoffMax != base.BackoffMax || o.Value != base.Value {
-		return fmt.Errorf("%w: Lease.Refresh takes only WithTTL; a lease's other settings are fixed when it is acquired", ErrInvalidOption)
-	}
-	if err := validateTTL(o.TTL); err != nil {
+	if err := validateTTL(ttl); err != nil {
 		return err
 	}
 	if err := ls.l.enter(); err != nil {
@@ -137,7 +131,7 @@ func (ls *Lease) Refresh(ctx context.Context, opts ...Option) error {
 	defer ls.l.wg.Done()
 	ctx, bound := ls.l.bind(ctx)
 	defer bound.end()
-	return ls.refresh(ctx, o.TTL)
+	return ls.refresh(ctx, ttl)
 }
 
 func (ls *Lease) refresh(ctx context.Context, ttl time.Duration) error {

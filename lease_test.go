@@ -188,29 +188,6 @@ func TestLeaseFailedReleaseStopsRenewal(t *testing.T) {
 	}
 }
 
-// A lease's value is fixed at acquire: Refresh(WithValue) changing it was
-// once accepted and silently dropped (a review's finding).
-func TestLeaseRefreshRefusesNewValue(t *testing.T) {
-	l, err := memory.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	ls, err := l.TryAcquire(t.Context(), "k", distlock.WithValue("a"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ls.Refresh(t.Context(), distlock.WithValue("b")); !errors.Is(err, distlock.ErrInvalidOption) {
-		t.Fatalf("Refresh(WithValue(another)) = %v, want ErrInvalidOption", err)
-	}
-	if err := ls.Refresh(t.Context(), distlock.WithValue("a")); err != nil {
-		t.Fatalf("Refresh(WithValue(the same)) = %v", err)
-	}
-	if h, err := l.Inspect(t.Context(), "k"); err != nil || h.Value != "a" || ls.Value() != "a" {
-		t.Fatalf("after the refused refresh: Inspect %+v, %v; Value() %q", h, err, ls.Value())
-	}
-}
-
 // A refresh to a shorter TTL takes effect when it reaches the server, before
 // its answer comes back: while it is on its way (a slow reply, a holder
 // paused with it in flight), the lease must not count on its longer

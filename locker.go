@@ -47,17 +47,17 @@ type Locker interface {
 	// Acquire takes the lock on key, waiting while another holder has it,
 	// until ctx ends. A wait cut short by ctx returns an error that matches
 	// both ErrNotAcquired and ctx.Err() with errors.Is.
-	Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error)
+	Acquire(ctx context.Context, key string, opts ...CallOption) (*Lease, error)
 
 	// TryAcquire makes one attempt and returns ErrNotAcquired (possibly a
 	// *HeldError) at once if another holder has the key.
-	TryAcquire(ctx context.Context, key string, opts ...Option) (*Lease, error)
+	TryAcquire(ctx context.Context, key string, opts ...CallOption) (*Lease, error)
 
 	// Do acquires key (waiting like Acquire), runs fn while the lease is
 	// kept renewed, and releases afterwards. fn's context is cancelled the
 	// moment the lease is lost; Do then returns an error matching
 	// ErrLeaseLost, joined with fn's own error if any.
-	Do(ctx context.Context, key string, fn func(ctx context.Context, lease *Lease) error, opts ...Option) error
+	Do(ctx context.Context, key string, fn func(ctx context.Context, lease *Lease) error, opts ...CallOption) error
 
 	// Inspect reports key's lock as the server sees it, without taking it:
 	// whether it is held, the holder's token, value (WithValue) and
@@ -84,7 +84,7 @@ type Locker interface {
 	// as their last state. Server errors are retried with back-off and
 	// logged, not reported. The channel is closed when ctx ends or the
 	// Locker closes; read it until then.
-	Watch(ctx context.Context, key string, opts ...Option) (<-chan Holder, error)
+	Watch(ctx context.Context, key string, opts ...CallOption) (<-chan Holder, error)
 
 	// Guarantees describes what this backend promises and what it does not.
 	Guarantees() Guarantees

@@ -1,6 +1,7 @@
 package distlock
 
 import (
+	"context"
 	"crypto/tls"
 	"log/slog"
 	"time"
@@ -8,14 +9,51 @@ import (
 	"github.com/distlock/distlock/driver"
 )
 
-// Option configures a Locker when passed to its constructor (or Open), or a
-// single call when passed to Acquire, TryAcquire, Do or Lease.Refresh. Call
-// options override constructor options. Options about the Locker as a whole
-// (WithLogger, WithObserver, WithReleaseTimeout) and backend options (such
-// as redis.WithKeyPrefix) are accepted only at construction; passed to a
-// call, or a backend's option to another backend, they fail with an error
-// matching ErrInvalidOption.
-type Option = driver.Option
+// Option configures a Locker: pass it to New, Open or a backend package's
+// constructor. The compiler keeps an option where it applies:
+//
+//   - a CallOption (WithTTL, WithValue, WithAutoRenew…) may also be given to
+//     a single call (Acquire, TryAcquire, Do, Watch) and overrides the
+//     Locker's setting there;
+//   - a RefreshOption (WithTTL) may also be given to Lease.Refresh;
+//   - the others (WithLogger, WithObserver, WithReleaseTimeout,
+//     WithFenceEpoch, WithTLSConfig, and every backend's own options, such
+//     as redis.WithKeyPrefix) configure the Locker as a whole.
+//
+// Only a mix the compiler cannot see is refused at run time, with an error
+// matching ErrInvalidOption: a backend's option given to another backend's
+// constructor, to Open with another scheme, or to New.
+type Option interface {
+	// DriverOption returns the setting as the portable layer and the
+	// backends apply it.
+	DriverOption() driver.Option
+}
+
+// CallOption is an Option that a single call also takes.
+type CallOption interface {
+	Option
+	callOption()
+}
+
+// RefreshOption is a CallOption that Lease.Refresh also takes.
+type RefreshOption interface {
+	CallOption
+	refreshOption()
+}
+
+// callOpt is the type of the options a call takes.
+type callOpt struct{ o driver.Option }
+
+func (c callOpt) DriverOption() driver.Option { return c.o }
+func (callOpt) callOption()                   {}
+
+// ttlOpt is WithTTL's type: a call or a refresh takes it.
+type ttlOpt struct {
+	callOpt
+	ttl time.Duration
+}
+
+func (ttlOpt) refreshOption() {}
 
 // Defaults used when no option says otherwise.
 const (
@@ -41,8 +79,8 @@ func renewEvery(o *driver.Settings, ttl time.Duration) time.Duration {
 	return ttl / 3
 }
 
-func callOption(name string, apply func(*driver.Settings)) Option {
-	return driver.NewOption(name, driver.ScopeCall, apply)
+func newCallOption(name string, apply func(*driver.Settings)) CallOption {
+	return callOpt{driver.NewOption(name, driver.ScopeCall, apply)}
 }
 
 func lockerOption(name string, apply func(*driver.Settings)) Option {
@@ -52,21 +90,21 @@ func lockerOption(name string, apply func(*driver.Settings)) Option {
 // WithTTL sets how long a lease lasts without a refresh. It must be positive
 // and at most MaxTTL. Default 30s. Backends whose locks live as long as a
 // session (see Guarantees.SessionTTL) use it only for the local deadline.
-func WithTTL(ttl time.Duration) Option {
-	return callOption("WithTTL", func(o *driver.Settings) { o.TTL = ttl })
+func WithTTL(ttl time.Duration) RefreshOption {
+	return ttlOpt{callOpt{driver.NewOption("WithTTL", driver.ScopeCall, func(o *driver.Settings) { o.TTL = ttl })}, ttl}
 }
 
 // WithAutoRenew makes leases from Acquire and TryAcquire renew themselves in
 // the background every RenewInterval until released or lost. Do always
 // renews.
-func WithAutoRenew(on bool) Option {
-	return callOption("WithAutoRenew", func(o *driver.Settings) { o.AutoRenew = on })
+func WithAutoRenew(on bool) CallOption {
+	return newCallOption("WithAutoRenew", func(o *driver.Settings) { o.AutoRenew = on })
 }
 
 // WithRenewInterval sets how often a renewing lease refreshes (default TTL/3;
 // values not below the TTL fall back to the default).
-func WithRenewInterval(d time.Duration) Option {
-	return callOption("WithRenewInterval", func(o *driver.Settings) {
+func WithRenewInterval(d time.Duration) CallOption {
+	return newCallOption("WithRenewInterval", func(o *driver.Settings) {
 		if d < 0 {
 			o.Invalid("renew interval %v is negative", d)
 			return
@@ -78,8 +116,8 @@ func WithRenewInterval(d time.Duration) Option {
 // WithDrift sets the clock-drift allowance: a lease's local deadline is the
 // attempt start + validity − (TTL·factor + min). Defaults 0.01 and 2ms, as
 // in the Redlock algorithm.
-func WithDrift(factor float64, min time.Duration) Option {
-	return callOption("WithDrift", func(o *driver.Settings) {
+func WithDrift(factor float64, min time.Duration) CallOption {
+	return newCallOption("WithDrift", func(o *driver.Settings) {
 		if factor < 0 || factor >= 0.5 || min < 0 {
 			o.Invalid("drift factor %v / minimum %v out of range", factor, min)
 			return
@@ -91,8 +129,8 @@ func WithDrift(factor float64, min time.Duration) Option {
 // WithBackoff sets the retry delays of a waiting Acquire on backends without
 // a native wait: full-jitter exponential back-off from min, capped at max.
 // On notifying backends the cap also bounds the fallback poll.
-func WithBackoff(min, max time.Duration) Option {
-	return callOption("WithBackoff", func(o *driver.Settings) {
+func WithBackoff(min, max time.Duration) CallOption {
+	return newCallOption("WithBackoff", func(o *driver.Settings) {
 		if min <= 0 || max < min || max > time.Hour {
 			o.Invalid("back-off %v..%v: need 0 < min <= max <= 1h", min, max)
 			return
@@ -104,11 +142,11 @@ func WithBackoff(min, max time.Duration) Option {
 // WithValue stores v with the lock, for Inspect and Watch to report as the
 // holder's value: a host name, an address, a version. At most MaxValueLen
 // bytes; default "" (none).
-func WithValue(v string) Option {
+func WithValue(v string) CallOption {
 	if len(v) > driver.MaxValueLen {
-		return driver.InvalidOption("value of %d bytes: the limit is %d", len(v), driver.MaxValueLen)
+		return callOpt{driver.InvalidOption("value of %d bytes: the limit is %d", len(v), driver.MaxValueLen)}
 	}
-	return callOption("WithValue", func(o *driver.Settings) { o.Value = v })
+	return newCallOption("WithValue", func(o *driver.Settings) { o.Value = v })
 }
 
 // WithReleaseTimeout bounds every release: Release, and the releases Do,
@@ -155,7 +193,29 @@ func WithLogger(l *slog.Logger) Option {
 	return driver.NewOption("WithLogger", driver.ScopeShared, func(o *driver.Settings) { o.Logger = l })
 }
 
-// WithObserver reports lock events to ob, for metrics and tracing.
+// WithObserver reports lock events to ob, for metrics and tracing. Each
+// WithObserver adds one: events reach every observer given, in order.
 func WithObserver(ob Observer) Option {
-	return lockerOption("WithObserver", func(o *driver.Settings) { o.Observer = ob })
+	if ob == nil {
+		return driver.InvalidOption("nil observer")
+	}
+	return lockerOption("WithObserver", func(o *driver.Settings) {
+		switch prev := o.Observer.(type) {
+		case nil:
+			o.Observer = ob
+		case observers:
+			o.Observer = append(prev[:len(prev):len(prev)], ob)
+		default:
+			o.Observer = observers{prev, ob}
+		}
+	})
+}
+
+// observers sends each event to every one of them, in order.
+type observers []Observer
+
+func (os observers) Observe(ctx context.Context, e Event) {
+	for _, o := range os {
+		o.Observe(ctx, e)
+	}
 }

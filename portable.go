@@ -20,7 +20,7 @@ func New(b driver.Backend, opts ...Option) (Locker, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: nil backend", ErrInvalidOption)
 	}
-	o, err := driver.ResolveLocker(defaultSettings(), b.Guarantees().Backend, opts)
+	o, err := driver.ResolveLocker(defaultSettings(), b.Guarantees().Backend, driver.Options(opts))
 	if err == nil {
 		err = validateTTL(o.TTL)
 	}
@@ -64,15 +64,15 @@ func (l *locker) As(target any) bool {
 	return ok && a.As(target)
 }
 
-func (l *locker) Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
+func (l *locker) Acquire(ctx context.Context, key string, opts ...CallOption) (*Lease, error) {
 	return l.acquire(ctx, key, opts, true, false)
 }
 
-func (l *locker) TryAcquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
+func (l *locker) TryAcquire(ctx context.Context, key string, opts ...CallOption) (*Lease, error) {
 	return l.acquire(ctx, key, opts, false, false)
 }
 
-func (l *locker) Do(ctx context.Context, key string, fn func(context.Context, *Lease) error, opts ...Option) (err error) {
+func (l *locker) Do(ctx context.Context, key string, fn func(context.Context, *Lease) error, opts ...CallOption) (err error) {
 	if fn == nil {
 		return fmt.Errorf("%w: Do needs a function", ErrInvalidOption)
 	}
@@ -219,7 +219,7 @@ func (c lifeWithValues) Value(key any) any {
 	return c.values.Value(key)
 }
 
-func (l *locker) acquire(ctx context.Context, key string, opts []Option, wait, renew bool) (*Lease, error) {
+func (l *locker) acquire(ctx context.Context, key string, opts []CallOption, wait, renew bool) (*Lease, error) {
 	o, err := l.acquireSettings(ctx, key, opts)
 	if err != nil {
 		return nil, err
@@ -255,11 +255,11 @@ func (l *locker) acquire(ctx context.Context, key string, opts []Option, wait, r
 }
 
 // acquireSettings checks an acquire's arguments and resolves its settings.
-func (l *locker) acquireSettings(ctx context.Context, key string, opts []Option) (driver.Settings, error) {
+func (l *locker) acquireSettings(ctx context.Context, key string, opts []CallOption) (driver.Settings, error) {
 	if ctx == nil {
 		return driver.Settings{}, fmt.Errorf("%w: nil context", ErrInvalidOption)
 	}
-	o, err := driver.ResolveCall(l.opts, opts)
+	o, err := driver.ResolveCall(l.opts, driver.Options(opts))
 	if err != nil {
 		return driver.Settings{}, err
 	}

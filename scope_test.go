@@ -14,7 +14,8 @@ import (
 	"github.com/distlock/distlock/redlock"
 )
 
-// An option passed where it cannot apply is refused, never ignored.
+// An option the compiler cannot keep out (a backend's, or a portable one
+// given to a raw backend) is refused at run time, never ignored.
 func TestOptionWhereItDoesNotApply(t *testing.T) {
 	// Nothing listens there: every case must fail before any round trip.
 	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
@@ -112,5 +113,30 @@ func TestBackendNewAppliesBothKinds(t *testing.T) {
 func closeIf(l distlock.Locker) {
 	if l != nil {
 		l.Close()
+	}
+}
+
+// Each WithObserver adds an observer: a second one (a tracer beside
+// metrics) does not silently replace the first.
+func TestObserversAddUp(t *testing.T) {
+	first, second := &recorder{}, &recorder{}
+	l, err := memory.New(distlock.WithObserver(first), distlock.WithObserver(second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ls, err := l.TryAcquire(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls.Release(t.Context())
+	for name, r := range map[string]*recorder{"first": first, "second": second} {
+		if r.count(distlock.EventAcquired) != 1 || r.count(distlock.EventReleased) != 1 {
+			t.Errorf("the %s observer saw %d acquired and %d released, want 1 and 1",
+				name, r.count(distlock.EventAcquired), r.count(distlock.EventReleased))
+		}
+	}
+	if _, err := memory.New(distlock.WithObserver(nil)); !errors.Is(err, distlock.ErrInvalidOption) {
+		t.Errorf("WithObserver(nil): want ErrInvalidOption, got %v", err)
 	}
 }

@@ -20,7 +20,7 @@ func (e *env) election(l distlock.Locker, role string) *election.Election {
 	return el
 }
 
-func (e *env) campaign(el *election.Election, value string, opts ...distlock.Option) *election.Term {
+func (e *env) campaign(el *election.Election, value string, opts ...distlock.CallOption) *election.Term {
 	ctx, cancel := e.timeout(e.patience())
 	defer cancel()
 	t, err := el.Campaign(ctx, value, opts...)

@@ -210,7 +210,7 @@ func (e *env) timeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(e.ctx, d)
 }
 
-func (e *env) acquire(l distlock.Locker, key string, opts ...distlock.Option) *distlock.Lease {
+func (e *env) acquire(l distlock.Locker, key string, opts ...distlock.CallOption) *distlock.Lease {
 	ctx, cancel := e.timeout(e.patience())
 	defer cancel()
 	ls, err := l.Acquire(ctx, key, opts...)
@@ -223,7 +223,7 @@ func (e *env) acquire(l distlock.Locker, key string, opts ...distlock.Option) *d
 	return ls
 }
 
-func (e *env) tryAcquire(l distlock.Locker, key string, opts ...distlock.Option) *distlock.Lease {
+func (e *env) tryAcquire(l distlock.Locker, key string, opts ...distlock.CallOption) *distlock.Lease {
 	ctx, cancel := e.timeout(e.patience())
 	defer cancel()
 	ls, err := l.TryAcquire(ctx, key, opts...)

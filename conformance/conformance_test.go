@@ -274,7 +274,7 @@ func mustCatch(t *testing.T, h conformance.Harness, want string) {
 // from an older snapshot shows.
 type replaysHolder struct{ distlock.Locker }
 
-func (l replaysHolder) Watch(ctx context.Context, key string, opts ...distlock.Option) (<-chan distlock.Holder, error) {
+func (l replaysHolder) Watch(ctx context.Context, key string, opts ...distlock.CallOption) (<-chan distlock.Holder, error) {
 	in, err := l.Locker.Watch(ctx, key, opts...)
 	if err != nil {
 		return nil, err

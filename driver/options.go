@@ -15,7 +15,7 @@ const (
 	// observer, the release timeout): constructors and Open only.
 	ScopeLocker Scope = iota + 1
 	// ScopeCall options are defaults at construction and may also be
-	// passed to a single call (Acquire, TryAcquire, Do, Lease.Refresh).
+	// passed to a single call (package distlock's CallOptions).
 	ScopeCall
 	// ScopeShared options configure the Locker and are read by the backend
 	// as well (the logger): constructors, NewBackend and Open.
@@ -23,16 +23,19 @@ const (
 )
 
 // Option is one setting: a portable one (distlock.WithTTL…) or a backend's
-// own (BackendOption). Passing an option where it does not apply — a
-// backend's option to another backend's constructor, a Locker-wide or
-// backend option to a single call — is an error matching ErrInvalidOption,
-// never silently ignored.
+// own (BackendOption). Package distlock's Option types keep the Locker-wide
+// and backend options out of single calls at compile time; passing a
+// backend's option to another backend's constructor is an error matching
+// ErrInvalidOption, never silently ignored.
 type Option struct {
 	name  string
 	scope Scope
 	owner string // the backend a backend option belongs to
 	apply func(*Settings)
 }
+
+// DriverOption returns o: an Option is one of package distlock's Options.
+func (o Option) DriverOption() Option { return o }
 
 // NewOption builds a portable option; package distlock's With… functions
 // use it.
@@ -173,13 +176,23 @@ func ResolveBackend(backend string, opts []Option) (Settings, error) {
 	return s, s.err
 }
 
+// Options returns the settings of package distlock's Options, in order.
+func Options[O interface{ DriverOption() Option }](opts []O) []Option {
+	out := make([]Option, len(opts))
+	for i, o := range opts {
+		out[i] = o.DriverOption()
+	}
+	return out
+}
+
 // SplitOptions separates the options given to a backend package's New (or
 // to an opener) into those for distlock.New (portable and shared) and those
 // for the backend's own constructor (its options and the shared ones).
-func SplitOptions(opts []Option) (locker, backend []Option) {
-	for _, o := range opts {
+func SplitOptions[O interface{ DriverOption() Option }](opts []O) (locker []O, backend []Option) {
+	for _, x := range opts {
+		o := x.DriverOption()
 		if o.owner == "" {
-			locker = append(locker, o)
+			locker = append(locker, x)
 		}
 		if o.owner != "" || o.scope == ScopeShared || o.scope == 0 {
 			backend = append(backend, o)
@@ -201,19 +214,14 @@ func Check(base Settings, opts []Option) (Settings, error) {
 	return s, s.err
 }
 
-// ResolveCall applies the options of one call on top of base (the Locker's
-// settings). Only ScopeCall options are accepted.
+// ResolveCall applies the options of one call (package distlock's
+// CallOptions: the compiler keeps the others out) on top of base, the
+// Locker's settings.
 func ResolveCall(base Settings, opts []Option) (Settings, error) {
 	s := base
 	s.err = nil
 	for _, o := range opts {
-		switch {
-		case o.apply == nil:
-		case o.owner != "":
-			s.Invalid("%s configures the %s backend: pass it to the constructor or Open, not to a call", o.name, o.owner)
-		case o.scope != ScopeCall && o.scope != 0:
-			s.Invalid("%s configures the Locker: pass it to the constructor or Open, not to a call", o.name)
-		default:
+		if o.apply != nil {
 			o.apply(&s)
 		}
 	}

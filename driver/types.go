@@ -41,8 +41,8 @@ var (
 	// ErrInvalidTTL: the TTL is zero, negative or too long.
 	ErrInvalidTTL error = &invalidError{"invalid TTL"}
 	// ErrInvalidOption: an option has a value that cannot work, or was
-	// passed where it does not apply (a backend's option to another
-	// backend, a Locker-wide option to a single call).
+	// passed where it does not apply and the compiler could not tell (a
+	// backend's option to another backend or to distlock.New).
 	ErrInvalidOption error = &invalidError{"invalid option"}
 	// ErrInvalidURL: a URL that cannot be parsed, has no host or a bad
 	// port, or whose scheme no backend registered.

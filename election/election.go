@@ -39,7 +39,7 @@ func (e *Election) Role() string { return e.role }
 // distlock.MaxValueLen bytes) is what observers see of this leader: an
 // address, a host name. opts are lease options (WithTTL, WithRenewInterval,
 // WithBackoff…); the term always renews itself.
-func (e *Election) Campaign(ctx context.Context, value string, opts ...distlock.Option) (*Term, error) {
+func (e *Election) Campaign(ctx context.Context, value string, opts ...distlock.CallOption) (*Term, error) {
 	opts = append(opts[:len(opts):len(opts)], distlock.WithValue(value), distlock.WithAutoRenew(true))
 	ls, err := e.l.Acquire(ctx, e.role, opts...)
 	if err != nil {
@@ -72,7 +72,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // term order. The channel is closed when ctx ends or the Locker closes.
 // opts are call options of Locker.Watch: WithBackoff's cap bounds the
 // polling on backends without server watches (Redis, Redlock).
-func (e *Election) Observe(ctx context.Context, opts ...distlock.Option) (<-chan Leader, error) {
+func (e *Election) Observe(ctx context.Context, opts ...distlock.CallOption) (<-chan Leader, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", distlock.ErrInvalidOption)
 	}

@@ -38,14 +38,14 @@ func New(client *clientv3.Client, opts ...distlock.Option) (distlock.Locker, err
 // options and WithLogger; the portable ones go to distlock.New. As with
 // New, the client is not closed by Close.
 func NewBackend(client *clientv3.Client, opts ...distlock.Option) (driver.Backend, error) {
-	b, err := newBackend(client, false, opts)
+	b, err := newBackend(client, false, driver.Options(opts))
 	if err != nil {
 		return nil, err // not a nil *backend in a non-nil interface
 	}
 	return b, nil
 }
 
-func newBackend(cli *clientv3.Client, owns bool, opts []distlock.Option) (*backend, error) {
+func newBackend(cli *clientv3.Client, owns bool, opts []driver.Option) (*backend, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("%w: etcd: nil client", distlock.ErrInvalidOption)
 	}

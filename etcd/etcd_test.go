@@ -186,7 +186,7 @@ func TestTokenIsOwnerCreateRevision(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 20*time.Second)
 	l := e.locker()
-	for _, acquire := range []func(context.Context, string, ...distlock.Option) (*distlock.Lease, error){l.TryAcquire, l.Acquire} {
+	for _, acquire := range []func(context.Context, string, ...distlock.CallOption) (*distlock.Lease, error){l.TryAcquire, l.Acquire} {
 		ls, err := acquire(ctx, "tok")
 		if err != nil {
 			t.Fatal(err)

@@ -101,7 +101,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 func TestRefreshBatchOutcomes(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 30*time.Second)
-	b, err := newBackend(newClient(t, []string{e.addr}), false, []distlock.Option{WithLossWatch(false)})
+	b, err := newBackend(newClient(t, []string{e.addr}), false, []driver.Option{WithLossWatch(false).DriverOption()})
 	if err != nil {
 		t.Fatal(err)
 	}

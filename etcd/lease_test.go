@@ -197,7 +197,7 @@ func TestLeaseRecycled(t *testing.T) {
 	}
 	// A recycled lease revoked behind our back costs one failed attempt,
 	// for Acquire and TryAcquire alike, and is not reused.
-	for _, acquire := range []func(context.Context, string, ...distlock.Option) (*distlock.Lease, error){l.Acquire, l.TryAcquire} {
+	for _, acquire := range []func(context.Context, string, ...distlock.CallOption) (*distlock.Lease, error){l.Acquire, l.TryAcquire} {
 		if _, err := e.admin.Revoke(ctx, ids[0]); err != nil {
 			t.Fatal(err)
 		}

@@ -53,7 +53,7 @@ var reconnect = grpc.ConnectParams{
 // and the TLS and credential parameters of package driver (tls, ca_file,
 // cert_file, key_file, server_name, skip_verify, password_file). The client
 // it makes belongs to the Locker and is closed by its Close.
-func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backend, error) {
+func open(ctx context.Context, u *url.URL, opts []driver.Option) (driver.Backend, error) {
 	dc, err := readURL(u, opts)
 	if err != nil {
 		return nil, err
@@ -90,21 +90,21 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 // dialConfig is what an etcd[s]:// URL, with Open's options, says to dial.
 type dialConfig struct {
 	endpoints      []string
-	opts           []distlock.Option // the URL's own, then the caller's
+	opts           []driver.Option // the URL's own, then the caller's
 	dial           time.Duration
 	tls            *tls.Config // nil: no TLS
 	user, password string
 }
 
 // readURL reads u, before anything is dialled.
-func readURL(u *url.URL, opts []distlock.Option) (dialConfig, error) {
+func readURL(u *url.URL, opts []driver.Option) (dialConfig, error) {
 	q := driver.NewQuery(u)
-	var own []distlock.Option
+	var own []driver.Option
 	if p, ok := q.String("prefix"); ok {
-		own = append(own, WithPrefix(p))
+		own = append(own, WithPrefix(p).DriverOption())
 	}
 	if v, ok := q.Bool("loss_watch"); ok {
-		own = append(own, WithLossWatch(v))
+		own = append(own, WithLossWatch(v).DriverOption())
 	}
 	dc := dialConfig{opts: append(own, opts...), dial: q.Timeout("dial_timeout", DefaultDialTimeout)}
 	s, err := driver.ResolveBackend("etcd", dc.opts)

@@ -237,7 +237,7 @@ func TestWatchCloseLeavesNothing(t *testing.T) {
 	ours := []string{"github.com/distlock/distlock", "go.etcd.io/etcd/client/v3"}
 	base, _ := testutil.Goroutines(ours...)
 	serverBase := watchers(t, e.addr)
-	b, err := newBackend(cli, false, []distlock.Option{WithLossWatch(false)})
+	b, err := newBackend(cli, false, []driver.Option{WithLossWatch(false).DriverOption()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestWatchCloseLeavesNothing(t *testing.T) {
 func TestWatchAcrossRestartAndCompaction(t *testing.T) {
 	s := testserver.Etcd(t)
 	ctx := ctxT(t, 60*time.Second)
-	b, err := newBackend(newClient(t, []string{s.Addr()}), false, []distlock.Option{WithLossWatch(false)})
+	b, err := newBackend(newClient(t, []string{s.Addr()}), false, []driver.Option{WithLossWatch(false).DriverOption()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +339,7 @@ func TestWatchEndsWithoutLeader(t *testing.T) {
 	c := testserver.EtcdCluster(t, 3)
 	ctx := ctxT(t, 60*time.Second)
 	only := c.Members[0]
-	b, err := newBackend(newClient(t, []string{only.Addr()}), false, []distlock.Option{WithLossWatch(false)})
+	b, err := newBackend(newClient(t, []string{only.Addr()}), false, []driver.Option{WithLossWatch(false).DriverOption()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -193,9 +193,9 @@ func TestFairQueueWaiterWithoutDeadline(t *testing.T) {
 // after one that came later.
 func TestFairQueueBackoffMinOutlivesWindow(t *testing.T) {
 	const window = 100 * time.Millisecond
-	order := grantOrder(t, window, 3, func(i int) []distlock.Option {
+	order := grantOrder(t, window, 3, func(i int) []distlock.CallOption {
 		if i == 1 {
-			return []distlock.Option{distlock.WithBackoff(400*time.Millisecond, time.Second)}
+			return []distlock.CallOption{distlock.WithBackoff(400*time.Millisecond, time.Second)}
 		}
 		return nil
 	}, func() { time.Sleep(2 * time.Second) }) // held; waiter 1 looks again every window

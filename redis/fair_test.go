@@ -37,7 +37,7 @@ func queued(t *testing.T, srv *testserver.Server, key string, n int64) {
 // one (each a Locker of its own, with window and the options opts(i)
 // gives), runs between (if not nil) while they wait, releases, and
 // returns the order the waiters were granted the lock in.
-func grantOrder(t *testing.T, window time.Duration, n int, opts func(i int) []distlock.Option, between func()) []int {
+func grantOrder(t *testing.T, window time.Duration, n int, opts func(i int) []distlock.CallOption, between func()) []int {
 	t.Helper()
 	srv := testserver.Redis(t)
 	ctx := t.Context()
@@ -53,7 +53,7 @@ func grantOrder(t *testing.T, window time.Duration, n int, opts func(i int) []di
 	)
 	for i := range n {
 		l := newLocker(t, srv.Addr(), redis.WithFairQueue(window))
-		o := []distlock.Option{distlock.WithTTL(time.Minute)}
+		o := []distlock.CallOption{distlock.WithTTL(time.Minute)}
 		if opts != nil {
 			o = append(o, opts(i)...)
 		}

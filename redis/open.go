@@ -35,7 +35,7 @@ import (
 // past ctx): otherwise Open fails with an error matching ErrUnavailable,
 // or ErrAccessDenied when the server refused the credentials or the TLS
 // handshake.
-func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backend, error) {
+func open(ctx context.Context, u *url.URL, opts []driver.Option) (driver.Backend, error) {
 	if u.Host == "" || u.Hostname() == "" || strings.Contains(u.Host, ",") {
 		return nil, fmt.Errorf("%w: %s://… has no host (want %s://host:6379)", distlock.ErrInvalidURL, u.Scheme, u.Scheme)
 	}
@@ -49,7 +49,7 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 	if err != nil {
 		return nil, err
 	}
-	opts = append(append(bopts, opts...), WithCloseClient(true))
+	opts = append(append(bopts, opts...), WithCloseClient(true).DriverOption())
 	o, err := driver.ResolveBackend("redis", opts)
 	if err != nil {
 		return nil, err // before dialling
@@ -78,10 +78,10 @@ func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backe
 }
 
 // urlOptions reads the backend's own parameters of q.
-func urlOptions(q *driver.Query) ([]distlock.Option, error) {
-	var bopts []distlock.Option
+func urlOptions(q *driver.Query) ([]driver.Option, error) {
+	var bopts []driver.Option
 	if p, ok := q.String("prefix"); ok {
-		bopts = append(bopts, WithKeyPrefix(p))
+		bopts = append(bopts, WithKeyPrefix(p).DriverOption())
 	}
 	n, hasN := q.Int("wait_replicas")
 	timeout, hasT := q.Duration("wait_timeout")
@@ -89,16 +89,16 @@ func urlOptions(q *driver.Query) ([]distlock.Option, error) {
 		timeout = time.Second
 	}
 	if hasN || hasT {
-		bopts = append(bopts, WithWaitReplicas(n, timeout))
+		bopts = append(bopts, WithWaitReplicas(n, timeout).DriverOption())
 	}
 	if s, ok := q.String("eviction"); ok {
 		switch s {
 		case "warn":
-			bopts = append(bopts, WithEvictionCheck(EvictionWarn))
+			bopts = append(bopts, WithEvictionCheck(EvictionWarn).DriverOption())
 		case "refuse":
-			bopts = append(bopts, WithEvictionCheck(EvictionRefuse))
+			bopts = append(bopts, WithEvictionCheck(EvictionRefuse).DriverOption())
 		case "ignore":
-			bopts = append(bopts, WithEvictionCheck(EvictionIgnore))
+			bopts = append(bopts, WithEvictionCheck(EvictionIgnore).DriverOption())
 		default:
 			return nil, fmt.Errorf("%w: parameter eviction=%q: want warn, refuse or ignore", distlock.ErrInvalidURL, s)
 		}
@@ -106,7 +106,7 @@ func urlOptions(q *driver.Query) ([]distlock.Option, error) {
 	fair, hasFair := q.Bool("fair")
 	window, hasWindow := q.Duration("fair_window")
 	if (hasFair && fair) || (hasWindow && !hasFair) {
-		bopts = append(bopts, WithFairQueue(window))
+		bopts = append(bopts, WithFairQueue(window).DriverOption())
 	}
 	return bopts, q.Err()
 }

@@ -43,7 +43,7 @@ const setupTimeout = 5 * time.Second
 // by 5s). Close does not close client unless WithCloseClient(true).
 func New(client goredis.UniversalClient, opts ...distlock.Option) (distlock.Locker, error) {
 	lockerOpts, backendOpts := driver.SplitOptions(opts)
-	b, err := NewBackend(client, backendOpts...)
+	b, err := newBackendNow(client, backendOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -54,6 +54,11 @@ func New(client goredis.UniversalClient, opts ...distlock.Option) (distlock.Lock
 // middleware) before passing it to distlock.New. It takes redis's own
 // options and WithLogger; the portable ones go to distlock.New.
 func NewBackend(client goredis.UniversalClient, opts ...distlock.Option) (driver.Backend, error) {
+	return newBackendNow(client, driver.Options(opts))
+}
+
+// newBackendNow is newBackend bounded by setupTimeout.
+func newBackendNow(client goredis.UniversalClient, opts []driver.Option) (driver.Backend, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	b, err := newBackend(ctx, client, opts)
@@ -63,7 +68,7 @@ func NewBackend(client goredis.UniversalClient, opts ...distlock.Option) (driver
 	return b, nil
 }
 
-func newBackend(ctx context.Context, client goredis.UniversalClient, opts []distlock.Option) (*backend, error) {
+func newBackend(ctx context.Context, client goredis.UniversalClient, opts []driver.Option) (*backend, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redis: nil client", distlock.ErrInvalidOption)
 	}

@@ -2,7 +2,6 @@ package redis_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -80,31 +79,6 @@ func TestWithDriftZeroMeansNoMargin(t *testing.T) {
 	defer ls.Release(t.Context())
 	if got := ls.Expires().Sub(start); got < ttl-20*time.Millisecond {
 		t.Errorf("WithDrift(0, 0): Expires is start+%v, want about start+%v", got, ttl)
-	}
-}
-
-// Lease.Refresh takes WithTTL only; an option it cannot apply is refused,
-// not dropped.
-func TestRefreshTakesOnlyWithTTL(t *testing.T) {
-	srv := testserver.Redis(t)
-	l := newLocker(t, srv.Addr())
-	ctx := t.Context()
-	ls, err := l.TryAcquire(ctx, "refresh-opts", distlock.WithTTL(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ls.Release(ctx)
-	for name, o := range map[string]distlock.Option{
-		"WithAutoRenew(true)": distlock.WithAutoRenew(true),
-		"WithDrift(0.4, 0)":   distlock.WithDrift(0.4, 0),
-		"WithBackoff":         distlock.WithBackoff(time.Millisecond, time.Second),
-	} {
-		if err := ls.Refresh(ctx, o); !errors.Is(err, distlock.ErrInvalidOption) {
-			t.Errorf("Refresh(%s): want ErrInvalidOption, got %v", name, err)
-		}
-	}
-	if err := ls.Refresh(ctx, distlock.WithTTL(5*time.Second)); err != nil || ls.TTL() != 5*time.Second {
-		t.Errorf("Refresh(WithTTL(5s)): %v, TTL %v", err, ls.TTL())
 	}
 }
 

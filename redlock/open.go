@@ -34,17 +34,17 @@ import (
 // with an error matching ErrAccessDenied when the refusals alone (a wrong
 // password, a rejected certificate) leave no majority, ErrUnavailable
 // otherwise.
-func open(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backend, error) {
+func open(ctx context.Context, u *url.URL, opts []driver.Option) (driver.Backend, error) {
 	q := driver.NewQuery(u)
-	var bopts []distlock.Option
+	var bopts []driver.Option
 	if p, ok := q.String("prefix"); ok {
-		bopts = append(bopts, WithKeyPrefix(p))
+		bopts = append(bopts, WithKeyPrefix(p).DriverOption())
 	}
 	if d, ok := q.Duration("node_timeout"); ok {
-		bopts = append(bopts, WithNodeTimeout(d))
+		bopts = append(bopts, WithNodeTimeout(d).DriverOption())
 	}
 	dial := q.Timeout("dial_timeout", time.Second)
-	opts = append(append(bopts, opts...), WithCloseClients(true))
+	opts = append(append(bopts, opts...), WithCloseClients(true).DriverOption())
 	o, err := driver.ResolveBackend("redlock", opts)
 	if err != nil {
 		return nil, err // before dialling

@@ -48,7 +48,7 @@ func New(clients []goredis.UniversalClient, opts ...distlock.Option) (distlock.L
 // middleware) before passing it to distlock.New. It takes redlock's own
 // options and WithLogger; the portable ones go to distlock.New.
 func NewBackend(clients []goredis.UniversalClient, opts ...distlock.Option) (driver.Backend, error) {
-	b, err := newClientBackend(clients, opts)
+	b, err := newClientBackend(clients, driver.Options(opts))
 	if err != nil {
 		return nil, err // not a nil *backend in a non-nil interface
 	}
@@ -57,7 +57,7 @@ func NewBackend(clients []goredis.UniversalClient, opts ...distlock.Option) (dri
 
 // newClientBackend is newBackend for clients the caller made, which may
 // reach one server twice (Open compares its URL's hosts instead).
-func newClientBackend(clients []goredis.UniversalClient, opts []distlock.Option) (*backend, error) {
+func newClientBackend(clients []goredis.UniversalClient, opts []driver.Option) (*backend, error) {
 	if err := checkClients(clients); err != nil {
 		return nil, err
 	}
@@ -81,7 +81,7 @@ func checkClients(clients []goredis.UniversalClient) error {
 	return nil
 }
 
-func newBackend(clients []goredis.UniversalClient, opts []distlock.Option) (*backend, error) {
+func newBackend(clients []goredis.UniversalClient, opts []driver.Option) (*backend, error) {
 	if err := checkClients(clients); err != nil {
 		return nil, err
 	}

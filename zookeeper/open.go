@@ -25,17 +25,17 @@ func init() {
 // with digest auth from the userinfo (or password_file=), TLS from tls,
 // ca_file, cert_file, key_file, server_name and skip_verify (see package
 // driver), and allow_open_acl=true for WithAllowOpenACL.
-func openURL(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Backend, error) {
+func openURL(ctx context.Context, u *url.URL, opts []driver.Option) (driver.Backend, error) {
 	q := driver.NewQuery(u)
-	var urlOpts []distlock.Option
+	var urlOpts []driver.Option
 	if d, ok := q.Duration("session_timeout"); ok {
-		urlOpts = append(urlOpts, WithSessionTimeout(d))
+		urlOpts = append(urlOpts, WithSessionTimeout(d).DriverOption())
 	}
 	if d, ok := q.Duration("disconnect_grace"); ok {
-		urlOpts = append(urlOpts, WithDisconnectGrace(d))
+		urlOpts = append(urlOpts, WithDisconnectGrace(d).DriverOption())
 	}
 	if b, ok := q.Bool("allow_open_acl"); ok {
-		urlOpts = append(urlOpts, WithAllowOpenACL(b))
+		urlOpts = append(urlOpts, WithAllowOpenACL(b).DriverOption())
 	}
 	secure, err := urlSecurity(q, u, opts)
 	if err != nil {
@@ -49,7 +49,7 @@ func openURL(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Ba
 		return nil, err
 	}
 	if u.Path != "" && u.Path != "/" {
-		urlOpts = append(urlOpts, WithBasePath(strings.TrimSuffix(u.Path, "/")))
+		urlOpts = append(urlOpts, WithBasePath(strings.TrimSuffix(u.Path, "/")).DriverOption())
 	}
 	if err := driver.Reachable(ctx, servers, ConnectTimeout); err != nil {
 		return nil, err
@@ -62,8 +62,8 @@ func openURL(ctx context.Context, u *url.URL, opts []distlock.Option) (driver.Ba
 // urlSecurity reads the URL's credentials (digest auth) and TLS
 // parameters into options. Its errors name files and parameters, never a
 // password.
-func urlSecurity(q *driver.Query, u *url.URL, opts []distlock.Option) ([]distlock.Option, error) {
-	var out []distlock.Option
+func urlSecurity(q *driver.Query, u *url.URL, opts []driver.Option) ([]driver.Option, error) {
+	var out []driver.Option
 	user, password, err := driver.Credentials(q, u)
 	if err != nil {
 		return nil, err
@@ -78,7 +78,7 @@ func urlSecurity(q *driver.Query, u *url.URL, opts []distlock.Option) ([]distloc
 		before, _, _ := strings.Cut(user, ":")
 		return nil, fmt.Errorf("%w: zk:// user name %q… holds a ':', which digest auth cannot tell from the password's", driver.ErrInvalidURL, before+":")
 	default:
-		out = append(out, WithAuth("digest", []byte(user+":"+password)))
+		out = append(out, WithAuth("digest", []byte(user+":"+password)).DriverOption())
 	}
 	o, err := driver.ResolveBackend("zookeeper", opts)
 	if err != nil {
@@ -89,7 +89,7 @@ func urlSecurity(q *driver.Query, u *url.URL, opts []distlock.Option) ([]distloc
 		return nil, err
 	}
 	if cfg != nil {
-		out = append(out, distlock.WithTLSConfig(cfg))
+		out = append(out, distlock.WithTLSConfig(cfg).DriverOption())
 	}
 	return out, nil
 }
@@ -114,7 +114,7 @@ func Dial(ctx context.Context, servers []string, opts ...distlock.Option) (distl
 
 // dialBackend is Dial's raw Backend: Dial, the zk:// opener and this
 // package's tests wrap it.
-func dialBackend(ctx context.Context, servers []string, opts []distlock.Option) (driver.Backend, error) {
+func dialBackend(ctx context.Context, servers []string, opts []driver.Option) (driver.Backend, error) {
 	o, err := dialSettings(ctx, servers, opts)
 	if err != nil {
 		return nil, err
@@ -208,7 +208,7 @@ func connect(ctx context.Context, servers []string, timeout time.Duration, opts 
 }
 
 // dialSettings checks Dial's arguments and resolves its options.
-func dialSettings(ctx context.Context, servers []string, opts []distlock.Option) (driver.Settings, error) {
+func dialSettings(ctx context.Context, servers []string, opts []driver.Option) (driver.Settings, error) {
 	if ctx == nil {
 		return driver.Settings{}, fmt.Errorf("%w: nil context", distlock.ErrInvalidOption)
 	}

@@ -25,7 +25,7 @@ func batchLocker(t *testing.T, h *zkHarness, opts ...distlock.Option) (distlock.
 	t.Helper()
 	r := newRelay(t, h.srv.Addr(), &h.book)
 	lockerOpts, backendOpts := driver.SplitOptions(opts)
-	db, err := dialBackend(ctxFor(t, 20*time.Second), []string{r.addr()}, append([]distlock.Option{WithSessionTimeout(sessionTimeout)}, backendOpts...))
+	db, err := dialBackend(ctxFor(t, 20*time.Second), []string{r.addr()}, append([]driver.Option{WithSessionTimeout(sessionTimeout).DriverOption()}, backendOpts...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
 )
 
 // Subtests of TestStandalone about Watch on this backend: waiters that wake
@@ -392,7 +393,7 @@ func testWatchRearmWhileDown(t *testing.T, h *zkHarness) {
 	holderL := locker(t, h)
 	f := newFlakyLink(t, h.srv.Addr())
 	ctx := ctxFor(t, 60*time.Second)
-	db, err := dialBackend(ctx, []string{f.addr}, []distlock.Option{WithSessionTimeout(10 * time.Second)})
+	db, err := dialBackend(ctx, []string{f.addr}, []driver.Option{WithSessionTimeout(10 * time.Second).DriverOption()})
 	if err != nil {
 		t.Fatal(err)
 	}

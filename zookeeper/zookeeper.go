@@ -24,7 +24,7 @@ func New(conn *zk.Conn, opts ...distlock.Option) (distlock.Locker, error) {
 	// Close gives back the creates still in flight within the Locker's
 	// release timeout; distlock.New reports a bad one.
 	release := driver.DefaultReleaseTimeout
-	if s, err := driver.ResolveLocker(driver.Defaults(), "zookeeper", lockerOpts); err == nil {
+	if s, err := driver.ResolveLocker(driver.Defaults(), "zookeeper", driver.Options(lockerOpts)); err == nil {
 		release = s.ReleaseTimeout
 	}
 	b, err := newOnConn(conn, backendOpts, release)
@@ -39,7 +39,7 @@ func New(conn *zk.Conn, opts ...distlock.Option) (distlock.Locker, error) {
 // distlock.New. Its Close gives back the creates still in flight within
 // driver.DefaultReleaseTimeout.
 func NewBackend(conn *zk.Conn, opts ...distlock.Option) (driver.Backend, error) {
-	b, err := newOnConn(conn, opts, driver.DefaultReleaseTimeout)
+	b, err := newOnConn(conn, driver.Options(opts), driver.DefaultReleaseTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +47,7 @@ func NewBackend(conn *zk.Conn, opts ...distlock.Option) (driver.Backend, error) 
 }
 
 // newOnConn builds a backend on the caller's conn; release bounds Close.
-func newOnConn(conn *zk.Conn, opts []distlock.Option, release time.Duration) (*backend, error) {
+func newOnConn(conn *zk.Conn, opts []driver.Option, release time.Duration) (*backend, error) {
 	if conn == nil {
 		return nil, fmt.Errorf("%w: zookeeper: nil *zk.Conn", distlock.ErrInvalidOption)
 	}

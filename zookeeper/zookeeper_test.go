@@ -100,9 +100,9 @@ func (h *zkHarness) harness() conformance.Harness {
 
 // newBackend dials a backend through a relay of its own, which tests cut
 // or sever to fake a crash or a network fault.
-func (h *zkHarness) newBackend(ctx context.Context, opts []distlock.Option) (driver.Backend, *relay, error) {
+func (h *zkHarness) newBackend(ctx context.Context, opts []driver.Option) (driver.Backend, *relay, error) {
 	r := newRelay(h.t, h.srv.Addr(), &h.book)
-	b, err := dialBackend(ctx, []string{r.addr()}, append([]distlock.Option{WithSessionTimeout(sessionTimeout)}, opts...))
+	b, err := dialBackend(ctx, []string{r.addr()}, append([]driver.Option{WithSessionTimeout(sessionTimeout).DriverOption()}, opts...))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -66,7 +66,7 @@ type runConfig struct {
 	foreground, quiet bool
 	// ttlOpts is WithTTL(ttl), or nothing when the URL sets the TTL and
 	// --ttl was not given (see leaseTTL).
-	ttlOpts []distlock.Option
+	ttlOpts []distlock.CallOption
 }
 
 // defaultRunTTL is run's lease TTL when neither --ttl nor the URL sets one.
@@ -113,13 +113,13 @@ func cmdRun(ctx context.Context, args []string, s stdio) int {
 // leaseTTL is the Acquire option for a TTL flag: a flag given on the
 // command line overrides the URL's ttl=, and the URL's overrides the flag's
 // default (Open applies the URL's, Acquire's options override Open's).
-func leaseTTL(rawURL string, ttl time.Duration, explicit bool) []distlock.Option {
+func leaseTTL(rawURL string, ttl time.Duration, explicit bool) []distlock.CallOption {
 	if !explicit {
 		if u, err := url.Parse(rawURL); err == nil && u.Query().Has("ttl") {
 			return nil
 		}
 	}
-	return []distlock.Option{distlock.WithTTL(ttl)}
+	return []distlock.CallOption{distlock.WithTTL(ttl)}
 }
 
 // forwarded are the signals distlock passes on to its command.
@@ -273,7 +273,7 @@ func acquireForRun(ctx context.Context, l distlock.Locker, c runConfig, sigs <-c
 	}
 	got := make(chan result, 1)
 	go func() {
-		opts := append([]distlock.Option{distlock.WithAutoRenew(true)}, c.ttlOpts...)
+		opts := append([]distlock.CallOption{distlock.WithAutoRenew(true)}, c.ttlOpts...)
 		ls, err := l.Acquire(actx, c.key, opts...)
 		got <- result{ls, err}
 	}()
@@ -442,7 +442,7 @@ func cmdHold(ctx context.Context, args []string, s stdio) int {
 		return openFailed(err)
 	}
 	defer l.Close()
-	opts := append([]distlock.Option{distlock.WithAutoRenew(true)}, leaseTTL(*rawURL, *ttl, fs.Changed("ttl"))...)
+	opts := append([]distlock.CallOption{distlock.WithAutoRenew(true)}, leaseTTL(*rawURL, *ttl, fs.Changed("ttl"))...)
 	lease, err := l.Acquire(ctx, *key, opts...)
 	if err != nil {
 		fmt.Fprintf(s.err, "distlock hold: %q not acquired: %s\n", *key, waitError(ctx, err))

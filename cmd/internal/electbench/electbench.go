@@ -247,7 +247,7 @@ func Percentile(xs []time.Duration, p float64) time.Duration {
 // Distlock adapts an election on l: every candidate and the observer need
 // their own Locker. observeOpts go to Observe (WithBackoff's cap bounds the
 // polling on backends without server watches).
-func Distlock(l distlock.Locker, role string, observeOpts ...distlock.Option) (Elector, error) {
+func Distlock(l distlock.Locker, role string, observeOpts ...distlock.CallOption) (Elector, error) {
 	e, err := election.New(l, role)
 	if err != nil {
 		return nil, err
@@ -257,7 +257,7 @@ func Distlock(l distlock.Locker, role string, observeOpts ...distlock.Option) (E
 
 type dlElector struct {
 	e    *election.Election
-	opts []distlock.Option
+	opts []distlock.CallOption
 }
 
 func (d dlElector) Campaign(ctx context.Context, value string) (func(context.Context) error, error) {

@@ -53,7 +53,7 @@ func distlockElect(p *pair, bo span) electSide {
 	if p.id != p.backend {
 		name = "distlock " + p.id // a variant, such as redis-fair
 	}
-	var observeOpts []distlock.Option
+	var observeOpts []distlock.CallOption
 	if bo != (span{}) {
 		name += fmt.Sprintf(", Observe WithBackoff(%v, %v)", bo.min, bo.max)
 		observeOpts = append(observeOpts, distlock.WithBackoff(bo.min, bo.max))
