@@ -50,8 +50,7 @@ func TestOptionScopes(t *testing.T) {
 		"locker: portable":           {func() (Settings, error) { return ResolveLocker(Defaults(), "b1", []Option{call, lockerWide, shared}) }, true},
 		"locker: own backend's":      {func() (Settings, error) { return ResolveLocker(Defaults(), "b1", []Option{own}) }, false},
 		"call: call option":          {func() (Settings, error) { return ResolveCall(Defaults(), []Option{call}) }, true},
-		"call: shared":               {func() (Settings, error) { return ResolveCall(Defaults(), []Option{shared}) }, false},
-		"call: backend's":            {func() (Settings, error) { return ResolveCall(Defaults(), []Option{own}) }, false},
+		"call: invalid":              {func() (Settings, error) { return ResolveCall(Defaults(), []Option{bad}) }, false},
 	} {
 		_, err := tc.resolve()
 		if tc.ok && err != nil {
