@@ -32,7 +32,7 @@ const renewRetry = 50 * time.Millisecond
 const rereadEvery = 5 * time.Second
 
 // syncChecks are when, after its watch is made, a waiter re-reads the queue
-// in case etcd left that watch to its 100 ms catch-up loop (see follow): the
+// in case etcd left that watch to its 100 ms catch-up loop (see recheck): the
 // first always, the others only while the store keeps moving.
 var syncChecks = []time.Duration{5 * time.Millisecond, 25 * time.Millisecond, 60 * time.Millisecond}
 
@@ -168,44 +168,12 @@ func (b *backend) follow(ctx context.Context, q, me string, rev int64, pos posit
 	// runs every 100 ms, while one that starts now hears a change at once.
 	// The Created header says where it starts; a re-read covers the gap.
 	wch := b.cli.Watch(wctx, pos.pred, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	var (
-		created time.Time // when the watch was confirmed
-		hdr     int64     // it hears every revision after hdr
-		checks  int       // re-reads made since
-	)
-	check := time.NewTimer(time.Hour)
-	check.Stop()
-	defer check.Stop()
-	reread := time.NewTimer(rereadEvery)
-	defer reread.Stop()
-	// recheck re-reads the queue once the watch exists: a predecessor still
-	// there then is deleted later, at a revision the watch hears. done means
-	// the position changed (or the read failed) and follow must return.
-	//
-	// etcd reads the header's revision before it registers a watch, so a
-	// write landing in between leaves the watch in the catch-up loop while
-	// its header claims it is current. A read at revision hdr proves that
-	// did not happen; while reads show later revisions, a few more, spread
-	// over the loop's 100 ms, bound the delay a raced watch could cause.
-	recheck := func() (next position, start time.Time, done bool, err error) {
-		checks++
-		start = time.Now()
-		next, err = b.boundedPosition(ctx, q, me, rev)
-		switch {
-		case errors.Is(err, errKeyGone):
-			return position{}, time.Time{}, true, err
-		case err != nil:
-			// The gap may not be covered: read until it is.
-			next, start, err = b.reposition(ctx, q, me, rev)
-			return next, start, true, err
-		case next.owner || next.pred != pos.pred:
-			return next, start, true, nil
-		}
-		if next.from-1 > hdr && checks < len(syncChecks) {
-			check.Reset(time.Until(created.Add(syncChecks[checks])))
-		}
-		return position{}, time.Time{}, false, nil
-	}
+	f := &following{b: b, q: q, me: me, rev: rev, pos: pos}
+	f.check = time.NewTimer(time.Hour)
+	f.check.Stop()
+	defer f.check.Stop()
+	f.reread = time.NewTimer(rereadEvery)
+	defer f.reread.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -215,50 +183,117 @@ func (b *backend) follow(ctx context.Context, q, me string, rev int64, pos posit
 				// Broken (ctx, compaction, no leader…): re-read the queue.
 				return b.reposition(ctx, q, me, rev)
 			}
-			if wr.Created {
-				created, hdr = time.Now(), wr.Header.Revision
-				if hdr >= pos.from {
-					// The store moved on since we read the queue.
-					if next, start, done, err := recheck(); done {
-						return next, start, err
-					}
-				} else {
-					check.Reset(syncChecks[0])
-				}
-			}
-			for _, ev := range wr.Events {
-				if ev.Type != mvccpb.DELETE {
-					continue
-				}
-				// Read our place even when the predecessor was the owner:
-				// our own key may have been deleted meanwhile (an
-				// operator, a revoke of our lease), and the waiter behind
-				// us, which then followed that owner too, takes the lock.
-				return b.reposition(ctx, q, me, rev)
-			}
-		case <-check.C:
-			if next, start, done, err := recheck(); done {
+			if next, start, done, err := f.heard(ctx, wr); done {
 				return next, start, err
 			}
-		case <-reread.C:
-			start := time.Now()
-			next, err := b.boundedPosition(ctx, q, me, rev)
-			switch {
-			case errors.Is(err, errKeyGone):
-				return position{}, time.Time{}, err
-			case err != nil:
-				// A hung or lost member: again at once, nearly (a new
-				// pick of the balancer).
-				reread.Reset(renewRetry)
-				continue
-			case next.owner || next.pred != pos.pred:
-				return next, start, nil
+		case <-f.check.C:
+			if next, start, done, err := f.recheck(ctx); done {
+				return next, start, err
 			}
-			reread.Reset(rereadEvery)
+		case <-f.reread.C:
+			if next, start, done, err := f.periodic(ctx); done {
+				return next, start, err
+			}
 		case <-gone:
 			return position{}, time.Time{}, errKeyGone
 		}
 	}
+}
+
+// following is the state one follow carries between its steps: where the
+// waiter stands, what its watch's Created header said, and the timers of
+// its re-reads. Each step returns done when follow must return its other
+// results: the position changed, or a read failed for good.
+type following struct {
+	b   *backend
+	q   string
+	me  string
+	rev int64
+	pos position
+
+	created time.Time // when the watch was confirmed
+	hdr     int64     // it hears every revision after hdr
+	checks  int       // re-reads made since
+
+	check  *time.Timer // the next of syncChecks; stopped until the watch exists
+	reread *time.Timer // the next rereadEvery read
+}
+
+// heard handles one healthy response of the watch: its confirmation, which
+// starts the re-reads that cover the gap before the watch, or a delete of
+// the predecessor, after which our place is read again.
+func (f *following) heard(ctx context.Context, wr clientv3.WatchResponse) (position, time.Time, bool, error) {
+	if wr.Created {
+		f.created, f.hdr = time.Now(), wr.Header.Revision
+		if f.hdr >= f.pos.from {
+			// The store moved on since we read the queue.
+			if next, start, done, err := f.recheck(ctx); done {
+				return next, start, done, err
+			}
+		} else {
+			f.check.Reset(syncChecks[0])
+		}
+	}
+	for _, ev := range wr.Events {
+		if ev.Type != mvccpb.DELETE {
+			continue
+		}
+		// Read our place even when the predecessor was the owner: our own
+		// key may have been deleted meanwhile (an operator, a revoke of our
+		// lease), and the waiter behind us, which then followed that owner
+		// too, takes the lock.
+		next, start, err := f.b.reposition(ctx, f.q, f.me, f.rev)
+		return next, start, true, err
+	}
+	return position{}, time.Time{}, false, nil
+}
+
+// recheck re-reads the queue once the watch exists: a predecessor still
+// there then is deleted later, at a revision the watch hears.
+//
+// etcd reads the header's revision before it registers a watch, so a write
+// landing in between leaves the watch in the catch-up loop while its header
+// claims it is current. A read at revision hdr proves that did not happen;
+// while reads show later revisions, a few more, spread over the loop's
+// 100 ms, bound the delay a raced watch could cause.
+func (f *following) recheck(ctx context.Context) (next position, start time.Time, done bool, err error) {
+	f.checks++
+	start = time.Now()
+	next, err = f.b.boundedPosition(ctx, f.q, f.me, f.rev)
+	switch {
+	case errors.Is(err, errKeyGone):
+		return position{}, time.Time{}, true, err
+	case err != nil:
+		// The gap may not be covered: read until it is.
+		next, start, err = f.b.reposition(ctx, f.q, f.me, f.rev)
+		return next, start, true, err
+	case next.owner || next.pred != f.pos.pred:
+		return next, start, true, nil
+	}
+	if next.from-1 > f.hdr && f.checks < len(syncChecks) {
+		f.check.Reset(time.Until(f.created.Add(syncChecks[f.checks])))
+	}
+	return position{}, time.Time{}, false, nil
+}
+
+// periodic is the read of our place every rereadEvery, whatever the watch
+// says: a watch whose member hangs with its connection open hears nothing.
+func (f *following) periodic(ctx context.Context) (position, time.Time, bool, error) {
+	start := time.Now()
+	next, err := f.b.boundedPosition(ctx, f.q, f.me, f.rev)
+	switch {
+	case errors.Is(err, errKeyGone):
+		return position{}, time.Time{}, true, err
+	case err != nil:
+		// A hung or lost member: again at once, nearly (a new pick of the
+		// balancer).
+		f.reread.Reset(renewRetry)
+		return position{}, time.Time{}, false, nil
+	case next.owner || next.pred != f.pos.pred:
+		return next, start, true, nil
+	}
+	f.reread.Reset(rereadEvery)
+	return position{}, time.Time{}, false, nil
 }
 
 // reposition re-reads our position, pausing and trying again while the

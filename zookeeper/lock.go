@@ -238,16 +238,8 @@ func (b *backend) look(conn *zk.Conn, dir, path string) *firstLook {
 // await waits until our znode is the lowest in the directory (or, for a
 // try, checks once).
 func (b *backend) await(ctx context.Context, conn *zk.Conn, key string, n *node, look *firstLook, wait bool) (driver.Grant, error) {
-	if err := ctx.Err(); err != nil {
+	if err := b.adopt(ctx, n, look); err != nil {
 		return driver.Grant{}, err
-	}
-	if err := b.checkLook(n, look); err != nil {
-		return driver.Grant{}, err
-	}
-	n.czxid, n.version, n.session = look.czxid, look.version, look.session
-	n.epoch = b.sess.epochFor(n.session)
-	if n.epoch == nil {
-		return driver.Grant{}, fmt.Errorf("zookeeper: %s belongs to session %#x: %w", n.path, n.session, errSessionLost)
 	}
 	children, start, err := look.children, look.listStart, look.childErr
 	for {
@@ -259,40 +251,14 @@ func (b *backend) await(ctx context.Context, conn *zk.Conn, key string, n *node,
 			return driver.Grant{}, fmt.Errorf("zookeeper: %s is gone: %w", n.path, errSessionLost)
 		}
 		if pred == "" {
-			if !b.sess.hold(n) {
-				return driver.Grant{}, errSessionLost
-			}
-			return driver.Grant{Token: distlock.Token(n.czxid), Start: start, Lost: n.epoch.lost, Handle: n}, nil
+			return b.granted(n, start)
 		}
 		if !wait {
 			return driver.Grant{}, &distlock.HeldError{Key: key}
 		}
-		type watch struct {
-			exists bool
-			ch     <-chan zk.Event
-		}
-		w, err := call(b, ctx, func() (watch, error) {
-			ok, _, ch, err := conn.ExistsW(n.dir + "/" + pred)
-			return watch{ok, ch}, err
-		})
+		err := b.awaitPred(ctx, conn, n, pred)
 		if err != nil {
-			if ctx.Err() != nil {
-				return driver.Grant{}, ctx.Err()
-			}
-			return driver.Grant{}, fmt.Errorf("zookeeper: watch %s/%s: %w", n.dir, pred, err)
-		}
-		if w.exists {
-			select {
-			case ev := <-w.ch:
-				b.watchFires.Add(1)
-				if ev.Err != nil {
-					return driver.Grant{}, fmt.Errorf("zookeeper: watch on %s/%s: %w", n.dir, pred, ev.Err)
-				}
-			case <-ctx.Done():
-				return driver.Grant{}, ctx.Err()
-			case <-n.epoch.lost.Done():
-				return driver.Grant{}, errSessionLost
-			}
+			return driver.Grant{}, err
 		}
 		start = time.Now()
 		children, err = call(b, ctx, func() ([]string, error) {
@@ -303,6 +269,71 @@ func (b *backend) await(ctx context.Context, conn *zk.Conn, key string, n *node,
 			return driver.Grant{}, ctx.Err()
 		}
 	}
+}
+
+// adopt takes what the create's goroutine saw into n, once ctx and that look
+// pass: our znode's identity and stat, and the session epoch it belongs to,
+// which must still be current (a lock granted in an ended session would be
+// lost at once).
+func (b *backend) adopt(ctx context.Context, n *node, look *firstLook) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := b.checkLook(n, look); err != nil {
+		return err
+	}
+	n.czxid, n.version, n.session = look.czxid, look.version, look.session
+	n.epoch = b.sess.epochFor(n.session)
+	if n.epoch == nil {
+		return fmt.Errorf("zookeeper: %s belongs to session %#x: %w", n.path, n.session, errSessionLost)
+	}
+	return nil
+}
+
+// granted makes the grant of n, lowest in its directory as of start, once
+// the session records it as held, so that a loss by the grace hands it to
+// the janitor; it fails if n's epoch has ended meanwhile.
+func (b *backend) granted(n *node, start time.Time) (driver.Grant, error) {
+	if !b.sess.hold(n) {
+		return driver.Grant{}, errSessionLost
+	}
+	return driver.Grant{Token: distlock.Token(n.czxid), Start: start, Lost: n.epoch.lost, Handle: n}, nil
+}
+
+// awaitPred sets a watch on pred, our predecessor, and waits for it to
+// fire, for ctx to end or for the session to be lost. It returns nil once
+// the watch fires without error, or at once if pred is already gone: the
+// caller then lists the directory again to learn its new place.
+func (b *backend) awaitPred(ctx context.Context, conn *zk.Conn, n *node, pred string) error {
+	type watch struct {
+		exists bool
+		ch     <-chan zk.Event
+	}
+	w, err := call(b, ctx, func() (watch, error) {
+		ok, _, ch, err := conn.ExistsW(n.dir + "/" + pred)
+		return watch{ok, ch}, err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("zookeeper: watch %s/%s: %w", n.dir, pred, err)
+	}
+	if !w.exists {
+		return nil
+	}
+	select {
+	case ev := <-w.ch:
+		b.watchFires.Add(1)
+		if ev.Err != nil {
+			return fmt.Errorf("zookeeper: watch on %s/%s: %w", n.dir, pred, ev.Err)
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.epoch.lost.Done():
+		return errSessionLost
+	}
+	return nil
 }
 
 // checkLook reports what the create's goroutine saw that ends the attempt:
