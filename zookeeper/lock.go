@@ -256,8 +256,7 @@ func (b *backend) await(ctx context.Context, conn *zk.Conn, key string, n *node,
 		if !wait {
 			return driver.Grant{}, &distlock.HeldError{Key: key}
 		}
-		err := b.awaitPred(ctx, conn, n, pred)
-		if err != nil {
+		if err := b.awaitPred(ctx, conn, n, pred); err != nil {
 			return driver.Grant{}, err
 		}
 		start = time.Now()
