@@ -183,17 +183,8 @@ func (h *urlHarness) newBackend(ctx context.Context) (driver.Backend, error) {
 	return b, nil
 }
 
-// crash cuts b off without a closeSession: it can neither renew nor
-// release, and the server ends its session after the timeout.
 func (h *urlHarness) crash(_ context.Context, b driver.Backend) error {
-	h.mu.Lock()
-	r := h.relays[b]
-	h.mu.Unlock()
-	if r == nil {
-		return errors.New("backend not made by this harness")
-	}
-	r.cut()
-	return nil
+	return cutRelay(&h.mu, h.relays, b)
 }
 
 func (h *urlHarness) forceExpire(_ context.Context, key string) error {

@@ -81,18 +81,7 @@ func (h *zkHarness) harness() conformance.Harness {
 			h.mu.Unlock()
 			return b, nil
 		},
-		// A crashed process's connection drops without a closeSession: the
-		// server ends the session after its timeout.
-		Crash: func(_ context.Context, b driver.Backend) error {
-			h.mu.Lock()
-			r := h.cuts[b]
-			h.mu.Unlock()
-			if r == nil {
-				return errors.New("backend not made by this harness")
-			}
-			r.cut()
-			return nil
-		},
+		Crash: func(_ context.Context, b driver.Backend) error { return cutRelay(&h.mu, h.cuts, b) },
 		ForceExpire: h.forceExpire,
 		TTL:         sessionTimeout,
 	}
@@ -125,14 +114,19 @@ func (h *zkHarness) newLocker(ctx context.Context, opts ...distlock.Option) (dis
 	return l, nil
 }
 
-// crash cuts l off without a closeSession: it can neither renew nor
-// release, and the server ends its session after the timeout.
 func (h *zkHarness) crash(_ context.Context, l distlock.Locker) error {
-	h.mu.Lock()
-	r := h.relays[l]
-	h.mu.Unlock()
+	return cutRelay(&h.mu, h.relays, l)
+}
+
+// cutRelay cuts k's relay in relays (guarded by mu) as a crash would: the
+// connection drops without a closeSession, so k can neither renew nor
+// release, and the server ends its session after the timeout.
+func cutRelay[K comparable](mu *sync.Mutex, relays map[K]*relay, k K) error {
+	mu.Lock()
+	r := relays[k]
+	mu.Unlock()
 	if r == nil {
-		return errors.New("Locker not made by this harness")
+		return errors.New("not made by this harness")
 	}
 	r.cut()
 	return nil
