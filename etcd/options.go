@@ -3,7 +3,6 @@ package etcd
 import (
 	"strings"
 
-	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
 )
 
@@ -13,15 +12,22 @@ const DefaultPrefix = "distlock"
 type prefixKey struct{}
 type lossWatchKey struct{}
 
+// Option is an option of this backend, for its New, NewBackend and Open
+// with a etcd:// URL; it is a distlock.Option, which single calls do not take.
+type Option struct{ o driver.Option }
+
+// DriverOption returns the setting.
+func (o Option) DriverOption() driver.Option { return o.o }
+
 // WithPrefix sets the etcd key prefix under which locks live (default
 // "distlock"). Lockers share locks only if they use the same prefix. A
 // trailing "/" is ignored; the prefix must not be empty.
-func WithPrefix(prefix string) distlock.Option {
+func WithPrefix(prefix string) Option {
 	p := strings.TrimRight(prefix, "/")
 	if p == "" {
-		return driver.InvalidOption("etcd: empty key prefix %q", prefix)
+		return Option{driver.InvalidOption("etcd: empty key prefix %q", prefix)}
 	}
-	return driver.BackendOption("etcd", "WithPrefix", prefixKey{}, p)
+	return Option{driver.BackendOption("etcd", "WithPrefix", prefixKey{}, p)}
 }
 
 // WithLossWatch turns on (the default) or off the loss watch, which closes
@@ -31,6 +37,6 @@ func WithPrefix(prefix string) distlock.Option {
 // the first lock); it hears every deletion under the prefix, other
 // processes' releases included. Without it a loss is noticed at the next
 // refresh or at the local deadline.
-func WithLossWatch(on bool) distlock.Option {
-	return driver.BackendOption("etcd", "WithLossWatch", lossWatchKey{}, on)
+func WithLossWatch(on bool) Option {
+	return Option{driver.BackendOption("etcd", "WithLossWatch", lossWatchKey{}, on)}
 }

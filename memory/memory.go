@@ -68,12 +68,19 @@ func Named(name string) *Store {
 
 type storeKey struct{}
 
+// Option is an option of this backend, for its New, NewBackend and Open
+// with a mem:// URL; it is a distlock.Option, which single calls do not take.
+type Option struct{ o driver.Option }
+
+// DriverOption returns the setting.
+func (o Option) DriverOption() driver.Option { return o.o }
+
 // WithStore makes the Locker use s (default: a new private Store).
-func WithStore(s *Store) distlock.Option {
+func WithStore(s *Store) Option {
 	if s == nil {
-		return driver.InvalidOption("memory: nil store")
+		return Option{driver.InvalidOption("memory: nil store")}
 	}
-	return driver.BackendOption("memory", "WithStore", storeKey{}, s)
+	return Option{driver.BackendOption("memory", "WithStore", storeKey{}, s)}
 }
 
 // New returns a Locker on an in-process Store.

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
 )
 
@@ -53,14 +52,21 @@ type waitSetting struct {
 	timeout time.Duration
 }
 
+// Option is an option of this backend, for its New, NewBackend and Open
+// with a redis:// or rediss:// URL; it is a distlock.Option, which single calls do not take.
+type Option struct{ o driver.Option }
+
+// DriverOption returns the setting.
+func (o Option) DriverOption() driver.Option { return o.o }
+
 // WithKeyPrefix sets the prefix of every key and channel this backend uses
 // (default DefaultPrefix). It must not contain '{' or '}', which would break
 // the hash tag. Lockers that should exclude each other need the same prefix.
-func WithKeyPrefix(prefix string) distlock.Option {
+func WithKeyPrefix(prefix string) Option {
 	if strings.ContainsAny(prefix, "{}") {
-		return driver.InvalidOption("redis: key prefix %q contains a brace", prefix)
+		return Option{driver.InvalidOption("redis: key prefix %q contains a brace", prefix)}
 	}
-	return driver.BackendOption("redis", "WithKeyPrefix", prefixKey{}, prefix)
+	return Option{driver.BackendOption("redis", "WithKeyPrefix", prefixKey{}, prefix)}
 }
 
 // DefaultFairWindow is the hand-off window of WithFairQueue when none is
@@ -83,14 +89,14 @@ const MinFairWindow = 10 * time.Millisecond
 // 0) is ErrInvalidOption: waiters behind the first look again every
 // window. A first waiter that cannot get notices (its subscription failed,
 // so it polls with back-off) may miss its window and go to the back.
-func WithFairQueue(window time.Duration) distlock.Option {
+func WithFairQueue(window time.Duration) Option {
 	if window != 0 && window < MinFairWindow {
-		return driver.InvalidOption("redis: fair queue window %v is under %v", window, MinFairWindow)
+		return Option{driver.InvalidOption("redis: fair queue window %v is under %v", window, MinFairWindow)}
 	}
 	if window == 0 {
 		window = DefaultFairWindow
 	}
-	return driver.BackendOption("redis", "WithFairQueue", fairKey{}, window)
+	return Option{driver.BackendOption("redis", "WithFairQueue", fairKey{}, window)}
 }
 
 // WithWaitReplicas makes every acquire and refresh wait, with Redis's WAIT,
@@ -98,27 +104,27 @@ func WithFairQueue(window time.Duration) distlock.Option {
 // the call with ErrNotReplicated (an acquire then gives the lock back). n = 0
 // turns it off. It needs a *goredis.Client (plain or failover) or a
 // *goredis.ClusterClient, since WAIT must run on the connection that wrote.
-func WithWaitReplicas(n int, timeout time.Duration) distlock.Option {
+func WithWaitReplicas(n int, timeout time.Duration) Option {
 	switch {
 	case n < 0:
-		return driver.InvalidOption("redis: wait for %d replicas", n)
+		return Option{driver.InvalidOption("redis: wait for %d replicas", n)}
 	case n > 0 && timeout <= 0:
-		return driver.InvalidOption("redis: replica wait timeout %v must be positive", timeout)
+		return Option{driver.InvalidOption("redis: replica wait timeout %v must be positive", timeout)}
 	}
-	return driver.BackendOption("redis", "WithWaitReplicas", waitKey{}, waitSetting{n, timeout})
+	return Option{driver.BackendOption("redis", "WithWaitReplicas", waitKey{}, waitSetting{n, timeout})}
 }
 
 // WithEvictionCheck sets what the constructor does about a maxmemory-policy
 // that can evict the token counter (default EvictionWarn).
-func WithEvictionCheck(mode EvictionCheck) distlock.Option {
+func WithEvictionCheck(mode EvictionCheck) Option {
 	if mode < EvictionWarn || mode > EvictionIgnore {
-		return driver.InvalidOption("redis: unknown eviction check %d", int(mode))
+		return Option{driver.InvalidOption("redis: unknown eviction check %d", int(mode))}
 	}
-	return driver.BackendOption("redis", "WithEvictionCheck", evictionKey{}, mode)
+	return Option{driver.BackendOption("redis", "WithEvictionCheck", evictionKey{}, mode)}
 }
 
 // WithCloseClient makes Close also close the client (default: the caller
 // owns it). Lockers from distlock.Open always close theirs.
-func WithCloseClient(on bool) distlock.Option {
-	return driver.BackendOption("redis", "WithCloseClient", closeClientKey{}, on)
+func WithCloseClient(on bool) Option {
+	return Option{driver.BackendOption("redis", "WithCloseClient", closeClientKey{}, on)}
 }

@@ -36,17 +36,24 @@ type (
 	allowOpenACLKey   struct{}
 )
 
+// Option is an option of this backend, for its New, NewBackend and Open
+// with a zk:// URL; it is a distlock.Option, which single calls do not take.
+type Option struct{ o driver.Option }
+
+// DriverOption returns the setting.
+func (o Option) DriverOption() driver.Option { return o.o }
+
 // WithSessionTimeout sets the session timeout. Dial asks the server for it
 // (default 10s); the server clamps it into its own [min, max] range, and
 // Dial's loss notice follows the smallest timeout the server granted the
 // session. With New, pass the smallest timeout the server granted the
 // *zk.Conn's session, at its creation or since (or less): it bounds the
 // disconnect grace.
-func WithSessionTimeout(d time.Duration) distlock.Option {
+func WithSessionTimeout(d time.Duration) Option {
 	if d <= 0 || d > distlock.MaxTTL {
-		return driver.InvalidOption("zookeeper: session timeout %v out of range", d)
+		return Option{driver.InvalidOption("zookeeper: session timeout %v out of range", d)}
 	}
-	return driver.BackendOption("zookeeper", "WithSessionTimeout", sessionTimeoutKey{}, d)
+	return Option{driver.BackendOption("zookeeper", "WithSessionTimeout", sessionTimeoutKey{}, d)}
 }
 
 // WithDisconnectGrace sets how long after a disconnection the session's
@@ -58,31 +65,31 @@ func WithSessionTimeout(d time.Duration) distlock.Option {
 // the server has been silent for 2T/3. With New the default is zero, and a
 // nonzero grace needs WithSessionTimeout and must be under a third of it,
 // less the link's round trip. See the package documentation for why.
-func WithDisconnectGrace(d time.Duration) distlock.Option {
+func WithDisconnectGrace(d time.Duration) Option {
 	if d < 0 {
-		return driver.InvalidOption("zookeeper: disconnect grace %v is negative", d)
+		return Option{driver.InvalidOption("zookeeper: disconnect grace %v is negative", d)}
 	}
-	return driver.BackendOption("zookeeper", "WithDisconnectGrace", graceKey{}, d)
+	return Option{driver.BackendOption("zookeeper", "WithDisconnectGrace", graceKey{}, d)}
 }
 
 // WithBasePath sets the znode under which locks live (default "/distlock"):
 // an absolute path, not the root, without a trailing slash. Missing
 // ancestors are created as persistent znodes.
-func WithBasePath(p string) distlock.Option {
+func WithBasePath(p string) Option {
 	if err := validBase(p); err != nil {
-		return driver.InvalidOption("zookeeper: base path %q: %v", p, err)
+		return Option{driver.InvalidOption("zookeeper: base path %q: %v", p, err)}
 	}
-	return driver.BackendOption("zookeeper", "WithBasePath", basePathKey{}, p)
+	return Option{driver.BackendOption("zookeeper", "WithBasePath", basePathKey{}, p)}
 }
 
 // WithEvents hands New the event channel that zk.Connect returned with the
 // *zk.Conn. The Locker then drains it (do not read it elsewhere) and learns
 // of disconnections and session expiry, which close lost leases' Done.
-func WithEvents(ch <-chan zk.Event) distlock.Option {
+func WithEvents(ch <-chan zk.Event) Option {
 	if ch == nil {
-		return driver.InvalidOption("zookeeper: nil event channel")
+		return Option{driver.InvalidOption("zookeeper: nil event channel")}
 	}
-	return driver.BackendOption("zookeeper", "WithEvents", eventsKey{}, ch)
+	return Option{driver.BackendOption("zookeeper", "WithEvents", eventsKey{}, ch)}
 }
 
 // WithConnOptions passes options such as zk.WithLogger or zk.WithDialer to
@@ -93,10 +100,10 @@ func WithEvents(ch <-chan zk.Event) distlock.Option {
 func WithConnOptions(opts ...func(*zk.Conn)) distlock.Option {
 	for _, o := range opts {
 		if o == nil {
-			return driver.InvalidOption("zookeeper: nil connection option")
+			return Option{driver.InvalidOption("zookeeper: nil connection option")}
 		}
 	}
-	return driver.BackendOption("zookeeper", "WithConnOptions", connOptionsKey{}, opts)
+	return Option{driver.BackendOption("zookeeper", "WithConnOptions", connOptionsKey{}, opts)}
 }
 
 // WithACL sets the ACL of the znodes the Locker creates: the base path and
@@ -112,11 +119,11 @@ func WithConnOptions(opts ...func(*zk.Conn)) distlock.Option {
 // (see WithAllowOpenACL). With a scheme other than digest, name the
 // identity here: the server expands zk.AuthACL to ids the Locker cannot
 // know, which its checks then take for another's.
-func WithACL(acl []zk.ACL) distlock.Option {
+func WithACL(acl []zk.ACL) Option {
 	if len(acl) == 0 {
-		return driver.InvalidOption("zookeeper: empty ACL")
+		return Option{driver.InvalidOption("zookeeper: empty ACL")}
 	}
-	return driver.BackendOption("zookeeper", "WithACL", aclKey{}, acl)
+	return Option{driver.BackendOption("zookeeper", "WithACL", aclKey{}, acl)}
 }
 
 // auth is WithAuth's setting.
@@ -144,17 +151,17 @@ func (a auth) digest() (user, password string, ok bool) {
 // digest password is never refused by ZooKeeper: a wrong one is another
 // identity, which the base path's ACL then refuses (ErrAccessDenied).
 // Dial only: with New, authenticate the *zk.Conn yourself.
-func WithAuth(scheme string, auth []byte) distlock.Option {
+func WithAuth(scheme string, auth []byte) Option {
 	if scheme == "" {
-		return driver.InvalidOption("zookeeper: empty auth scheme")
+		return Option{driver.InvalidOption("zookeeper: empty auth scheme")}
 	}
 	if scheme == "digest" {
 		user, _, ok := strings.Cut(string(auth), ":")
 		if !ok || user == "" {
-			return driver.InvalidOption("zookeeper: digest auth needs \"user:password\"")
+			return Option{driver.InvalidOption("zookeeper: digest auth needs \"user:password\"")}
 		}
 	}
-	return driver.BackendOption("zookeeper", "WithAuth", authKey{}, authOf(scheme, auth))
+	return Option{driver.BackendOption("zookeeper", "WithAuth", authKey{}, authOf(scheme, auth))}
 }
 
 // String names the scheme, never the credentials (%v, %s).
@@ -175,18 +182,18 @@ func authOf(scheme string, data []byte) auth {
 // world:anyone or an ip range. Whoever holds such an identity can then
 // delete the Locker's lock znodes, or queue znodes of their own ahead of
 // the holder's. URL: allow_open_acl=true.
-func WithAllowOpenACL(allow bool) distlock.Option {
-	return driver.BackendOption("zookeeper", "WithAllowOpenACL", allowOpenACLKey{}, allow)
+func WithAllowOpenACL(allow bool) Option {
+	return Option{driver.BackendOption("zookeeper", "WithAllowOpenACL", allowOpenACLKey{}, allow)}
 }
 
 // WithEnsembleSize declares how many servers the ensemble has, for
 // Guarantees().FailuresTolerated ((n−1)/2). Dial counts its server list by
 // default; New assumes a standalone server unless told.
-func WithEnsembleSize(n int) distlock.Option {
+func WithEnsembleSize(n int) Option {
 	if n < 1 {
-		return driver.InvalidOption("zookeeper: ensemble size %d", n)
+		return Option{driver.InvalidOption("zookeeper: ensemble size %d", n)}
 	}
-	return driver.BackendOption("zookeeper", "WithEnsembleSize", ensembleSizeKey{}, n)
+	return Option{driver.BackendOption("zookeeper", "WithEnsembleSize", ensembleSizeKey{}, n)}
 }
 
 // validBase checks a base path: absolute, not the root, no empty, "." or

@@ -81,7 +81,7 @@ func (h *zkHarness) harness() conformance.Harness {
 			h.mu.Unlock()
 			return b, nil
 		},
-		Crash: func(_ context.Context, b driver.Backend) error { return cutRelay(&h.mu, h.cuts, b) },
+		Crash:       func(_ context.Context, b driver.Backend) error { return cutRelay(&h.mu, h.cuts, b) },
 		ForceExpire: h.forceExpire,
 		TTL:         sessionTimeout,
 	}
