@@ -7,10 +7,11 @@
 //	etcds://etcd.internal:2379/?ca_file=/ca.pem&cert_file=/app.pem&key_file=/app-key.pem
 //	etcds://app@etcd.internal:2379/?ca_file=/ca.pem&password_file=/run/secrets/etcd
 //
-// The TLS parameters are etcdctl's flags as file paths; server_name and
-// distlock.WithTLSConfig are as in package driver. A Locker needs read and
-// write on the range prefix/ and nothing else; grant "app/", with the
-// slash, since a grant of "app" covers app-billing/ too. A refused
+// The TLS parameters are etcdctl's flags as file paths; server_name
+// overrides the host a server certificate is verified for, and
+// distlock.WithTLSConfig gives a *tls.Config instead. A Locker needs
+// read and write on the range prefix/ and nothing else; grant "app/", with
+// the slash, since a grant of "app" covers app-billing/ too. A refused
 // certificate, password or permission is distlock.ErrAccessDenied.
 //
 // Each attempt on key K creates prefix/K/<owner>, bound to an etcd lease
@@ -42,8 +43,9 @@
 //     acquire on a warm Locker is one round trip.
 //   - An etcd leader that stalls and resumes can revoke leases the new
 //     leader kept alive (etcd-io/etcd#15247), so two holders can overlap
-//     until the loss notice arrives; which releases keep the check intact
-//     is in the page below. Fence the resource whatever the server.
+//     until the loss notice arrives; docs/backends/etcd.md names the
+//     releases that keep etcd's check intact. Fence the resource whatever
+//     the server.
 //
 // Not guaranteed: RetryAfter in a failed TryAcquire is not filled in, and a
 // waiter that cannot delete its key when its context ends (server down)
