@@ -55,9 +55,9 @@
 // any client can delete a lock znode. With credentials every znode the
 // Locker creates carries the user's digest ACL alone, and Dial (for the
 // base path) and each acquire (for its key directory) refuse a parent that
-// lets anyone else create, delete or re-ACL children ([ErrOpenACL], unless allow_open_acl=true). Create the
-// base path before first use: ZooKeeper takes any digest password as some
-// identity. A refused password, user, TLS handshake or NOAUTH is
+// lets anyone else create, delete or re-ACL children ([ErrOpenACL],
+// unless allow_open_acl=true). Create the base path before first use:
+// ZooKeeper takes any digest password as some identity. A refused password, user, TLS handshake or NOAUTH is
 // distlock.ErrAccessDenied.
 //
 // See docs/backends/zookeeper.md for the algorithm, the renewal watches,
