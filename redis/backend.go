@@ -255,7 +255,8 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	return nil
 }
 
-// Subscribe implements driver.Notifier.
+// Subscribe is driver.Backend's Subscribe: the release notices of key,
+// through the Locker's one pub/sub connection.
 func (b *backend) Subscribe(ctx context.Context, key string) (driver.Subscription, error) {
 	return b.notifier.Subscribe(ctx, key)
 }
