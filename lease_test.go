@@ -12,7 +12,7 @@ import (
 	"github.com/distlock/distlock/memory"
 )
 
-// These tests each reproduce a bug a review found in the lease machinery.
+// These tests each pin down a way the lease machinery can go wrong.
 
 // wrap lets a test slow down or fail memory's calls; it hides Lost so the
 // portable layer uses its timer path unless keepLost is set.
@@ -188,8 +188,8 @@ func TestLeaseFailedReleaseStopsRenewal(t *testing.T) {
 	}
 }
 
-// A lease's value is fixed at acquire: Refresh(WithValue) changing it was
-// once accepted and silently dropped (a review's finding).
+// A lease's value is fixed at acquire: Refresh(WithValue) must refuse a
+// change, not accept it and silently drop it.
 func TestLeaseRefreshRefusesNewValue(t *testing.T) {
 	l, err := memory.New()
 	if err != nil {
