@@ -104,7 +104,7 @@ func TestRaiseToken(t *testing.T) {
 		t.Fatal("a failed acquire left its lock behind")
 	}
 	// Nor does a counter of another type (the script sets the lock before
-	// it reads the counter: a review found the lock left behind).
+	// it reads the counter, so a failure there must not leave the lock).
 	if err := c.Del(ctx, k.Counter).Err(); err != nil {
 		t.Fatal(err)
 	}
