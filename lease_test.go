@@ -12,7 +12,7 @@ import (
 	"github.com/distlock/distlock/memory"
 )
 
-// These tests each reproduce a bug a review found in the lease machinery.
+// These tests each pin down a way the lease machinery can go wrong.
 
 // wrap lets a test slow down or fail memory's calls; it hides Lost so the
 // portable layer uses its timer path unless keepLost is set.

@@ -30,7 +30,7 @@ func (w *slowUnlock) Unlock(ctx context.Context, g driver.Grant) error {
 
 // Close while a Release is in flight: Close cuts the release's call, and
 // must still give the lock back (the cut Release does not end the lease;
-// Close's own release does). Found by the third review round. The caller's
+// Close's own release does). The caller's
 // context is of each kind bind tells apart: Background, one that can end,
 // and one that carries values but never ends; with a release timeout of a
 // minute, Close returns soon only if it cut the call.

@@ -9,8 +9,7 @@ import (
 
 // The renewer's due times keep their monotonic clock reading: compared by
 // the wall clock, a clock stepped back would delay every renewal past the
-// (monotonic) lease deadlines. (time.Time.Truncate drops the reading; an
-// adversarial review found it there.)
+// (monotonic) lease deadlines. (time.Time.Truncate drops the reading.)
 func TestRenewAtIsMonotonic(t *testing.T) {
 	b := &sessionBackend{owner: map[string]string{}}
 	l, err := New(b)

@@ -186,8 +186,8 @@ func leaderKill(t *testing.T, c *testserver.Cluster, locker func(...distlock.Opt
 
 // A member that hangs with its connection open (SIGSTOP) while it carries
 // the loss watch must not hold the loss notices back: the watch asks for
-// progress and, hearing nothing, is made again (found by an adversarial
-// review: Done stayed open until the member came back).
+// progress and, hearing nothing, is made again (without that, Done stays
+// open until the member comes back).
 func TestLossWatchSurvivesHungMember(t *testing.T) {
 	c := testserver.EtcdCluster(t, 3)
 	t.Run("EachMember", func(t *testing.T) { lossWatchEachMemberHung(t, c) })

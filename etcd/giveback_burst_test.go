@@ -8,9 +8,9 @@ import (
 )
 
 // An attempt that failed before its put was sent (while taking its lease)
-// has nothing to give back: its give-back once found no key and was asked
-// again for the release timeout, and a burst of them filled the give-back
-// slots (a review).
+// has nothing to give back: were its give-back, finding no key, asked
+// again for the release timeout, a burst of them would fill the give-back
+// slots.
 func TestGiveBackAfterBurstOfAbandonedAttempts(t *testing.T) {
 	s := testserver.Etcd(t)
 	raw, err := NewBackend(newClient(t, []string{s.Addr()}))

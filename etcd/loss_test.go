@@ -213,8 +213,8 @@ func TestLossAfterServerRestart(t *testing.T) {
 }
 
 // A failed TryAcquire (the key held, or an unknown outcome) leaves nothing
-// registered with the loss watch (found by an adversarial review: every
-// failed attempt stayed in it for good).
+// registered with the loss watch (otherwise every failed attempt stays in
+// it for good).
 func TestFailedTryAcquireLeavesNoWatchEntry(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 60*time.Second)

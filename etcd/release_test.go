@@ -31,7 +31,7 @@ func TestReleaseWithDeadServer(t *testing.T) {
 
 // A TryLock whose outcome is unknown is settled by one give-back: its
 // lease is revoked, which deletes the key if the put landed and refuses the
-// put if it lands later (a review saw such keys held for a whole TTL).
+// put if it lands later (otherwise such a key stays held for a whole TTL).
 func TestGiveBackRevokesTheAttemptsLease(t *testing.T) {
 	s := testserver.Etcd(t)
 	cli := newClient(t, []string{s.Addr()})

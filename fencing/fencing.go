@@ -348,7 +348,8 @@ var alreadyExists = map[string]bool{"23505": true, "42710": true, "42P07": true}
 // with one token; a larger epoch wins whatever its token.
 // Otherwise it returns a *StaleTokenError (matching ErrStaleToken). Take f
 // from [distlock.Lease.Fence]. Call Guard as the first statement of the
-// transaction, before reading what you will write (see the package doc),
+// transaction, before reading what you will write (see "The rule: fence
+// first, then read" in docs/fencing.md),
 // and roll the transaction back if it fails: even a refused guard holds the
 // fence row lock until tx ends. That lock is what serialises the guarded
 // transactions on one resource.

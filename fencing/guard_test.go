@@ -86,7 +86,7 @@ func testEqualSameHolder(t *testing.T, pool *pgxpool.Pool) {
 	}
 }
 
-// testEqualOtherHolder is issue #13: a backend that hands a token out twice
+// testEqualOtherHolder: a backend that hands a token out twice
 // must not get both holders past the fence.
 func testEqualOtherHolder(t *testing.T, pool *pgxpool.Pool) {
 	ctx := context.Background()
@@ -133,10 +133,10 @@ func (c counterLost) TryLock(ctx context.Context, r driver.Request) (driver.Gran
 	return g, err
 }
 
-// testRepeatedTokenLeases plays issue #13 with real leases: a lock service
-// that lost its counter (two memory stores, as a server before and after a
-// restart, each seeding its counter at 1) gives a second holder the same
-// token. The holder ids from Lease.Fence must tell them apart.
+// testRepeatedTokenLeases plays a repeated token with real leases: a lock
+// service that lost its counter (two memory stores, as a server before and
+// after a restart, each seeding its counter at 1) gives a second holder the
+// same token. The holder ids from Lease.Fence must tell them apart.
 func testRepeatedTokenLeases(t *testing.T, pool *pgxpool.Pool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

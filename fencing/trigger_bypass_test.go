@@ -1,7 +1,7 @@
 package fencing_test
 
-// Ways around the fence triggers that an adversarial review of issue #32
-// found, each against a secured server with a co-tenant role: an operator
+// Ways around the fence triggers, each tried against a secured server with
+// a co-tenant role: an operator
 // that spoofs Migrate's catalog look, a replica session, a trigger of the
 // co-tenant's own, Migrate run by a member of the owner role or a
 // superuser, two owners in one schema, and an advisory lock held to stall

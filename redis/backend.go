@@ -42,7 +42,7 @@ type backend struct {
 // Lock is the lock key (the owner value, with a PX expiry), Counter the
 // fencing-token counter (expiring an hour past its last lock), Holder the holder record (owner,
 // token and value, expiring with the lock) and Channel the pub/sub channel
-// of release notices; see Key layout in the package documentation. Its
+// of release notices; see "Key layout" in docs/backends/redis.md. Its
 // other fields name short-lived keys of the scripts. Keys is an alias of
 // the type the node scripts share with package redlock, so one Keys serves
 // both.
@@ -255,7 +255,8 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	return nil
 }
 
-// Subscribe implements driver.Notifier.
+// Subscribe is driver.Backend's Subscribe: the release notices of key,
+// through the Locker's one pub/sub connection.
 func (b *backend) Subscribe(ctx context.Context, key string) (driver.Subscription, error) {
 	return b.notifier.Subscribe(ctx, key)
 }

@@ -49,7 +49,7 @@ func counterOn(ctx context.Context, t *testing.T, s *testserver.Server, counter 
 	return n
 }
 
-// Issue #13: a failover to a replica that missed the latest grants must not
+// A failover to a replica that missed the latest grants must not
 // make tokens go backwards. A holds token Ta, granted by a master whose
 // replica was cut off; the master dies and the lagging replica takes over;
 // B then acquires the key there. Tb must be larger than Ta, so that the

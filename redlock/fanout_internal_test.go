@@ -16,8 +16,7 @@ import (
 // must not cut the others short: here node 0's call waits in its client's
 // pool (one connection, busy with a BLPOP) while the other four answer at
 // once. go-redis's pool wait is where a cancelled context shows; a shared
-// context freed by the first call to end failed this with context.Canceled
-// (a review of f746f14).
+// context freed by the first call to end fails this with context.Canceled.
 func TestFanOutCallsOutliveTheFirstToEnd(t *testing.T) {
 	srvs := testserver.RedisN(t, 5)
 	clients := make([]goredis.UniversalClient, len(srvs))

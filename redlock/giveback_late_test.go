@@ -16,8 +16,8 @@ import (
 )
 
 // One give-back must cover attempts still on their way to every node: with
-// TTL-long tombstones, acquires delayed past the TTL landed on all nodes
-// after the give-back (a review; see redis's TestGiveBackCoversALateAcquire).
+// TTL-long tombstones, acquires delayed past the TTL land on all nodes
+// after the give-back (see redis's TestGiveBackCoversALateAcquire).
 func TestGiveBackCoversLateAcquires(t *testing.T) {
 	srvs := testserver.RedisN(t, 3)
 	const ttl = time.Second

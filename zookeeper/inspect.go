@@ -13,7 +13,7 @@ import (
 	"github.com/distlock/distlock/driver"
 )
 
-// Inspecting: see "Inspect and Watch" in the package documentation. A key's
+// Inspecting: see "Inspect and Watch" in docs/backends/zookeeper.md. A key's
 // holder is the lowest lock znode of its directory; one Children lists the
 // directory, one GetData reads the holder's value and stat (its czxid is
 // the token). A znode listed but gone by the time it is read is skipped:

@@ -17,8 +17,8 @@ import (
 // (maxSessionTimeout 3 s, asked 12 s): the server expires the session on
 // the granted timeout, so the holder's lease must report its loss before
 // then, and so before the waiter in another client is granted the lock.
-// (Issue #13, finding 4: the grace was a quarter of the asked timeout, and
-// the old lease stayed open for two seconds beside the new one.)
+// (A grace of a quarter of the asked timeout would leave the old lease open
+// for two seconds beside the new one.)
 func TestLossNoticeClampedTimeout(t *testing.T) {
 	const asked, granted = 12 * time.Second, 3 * time.Second
 	srv := testserver.ZooKeeper(t, testserver.WithZKMaxSessionTimeout(granted))
@@ -220,9 +220,9 @@ func TestGrantedTimeout(t *testing.T) {
 // healthy link for twice the smaller timeout. B queues. A is cut off
 // silently (no FIN), and the server restarts once more: it restores A's
 // session with 3 s and expires it about 3 s after it is up, then grants B
-// the lock. A's lease must have reported its loss before that. (Review of
-// c0270d3, finding 1: the link kept only the newest grant, so A's Done
-// closed only 8 s, two thirds of 12 s, after the cut.)
+// the lock. A's lease must have reported its loss before that. (A link
+// that kept only the newest grant would close A's Done only 8 s, two
+// thirds of 12 s, after the cut.)
 func TestLossNoticeCreationTimeout(t *testing.T) {
 	const small, large = 3 * time.Second, 12 * time.Second
 	srv := testserver.ZooKeeper(t)

@@ -100,7 +100,8 @@ func urlSecurity(q *driver.Query, u *url.URL, opts []driver.Option) ([]driver.Op
 //
 // Dial exists beside New because only a connection the backend dials itself
 // can be watched for the session timeout the server granted and for the
-// server's last answer (see the package documentation). To wrap such a
+// server's last answer (see "Loss notice before takeover" in
+// docs/backends/zookeeper.md). To wrap such a
 // backend (middleware), get it from the "zk" URL opener, driver.Lookup("zk"),
 // which dials the same way.
 func Dial(ctx context.Context, servers []string, opts ...distlock.Option) (distlock.Locker, error) {

@@ -64,7 +64,8 @@ func WithSessionTimeout(d time.Duration) Option {
 // 2T/3 or more is refused: whatever the grace, Dial reports the loss once
 // the server has been silent for 2T/3. With New the default is zero, and a
 // nonzero grace needs WithSessionTimeout and must be under a third of it,
-// less the link's round trip. See the package documentation for why.
+// less the link's round trip. See "Loss notice before takeover" in
+// docs/backends/zookeeper.md for why.
 func WithDisconnectGrace(d time.Duration) Option {
 	if d < 0 {
 		return Option{driver.InvalidOption("zookeeper: disconnect grace %v is negative", d)}

@@ -13,7 +13,7 @@ import (
 	"github.com/distlock/distlock/driver"
 )
 
-// Refreshing: see "Renewal" in the package documentation. In short, a
+// Refreshing: see "Renewal" in docs/backends/zookeeper.md. In short, a
 // refresh confirms that the znode still exists with our czxid and our
 // session as its ephemeral owner. With New every refresh reads every znode
 // of its batch. With Dial the events reach onEvent in order with the

@@ -36,11 +36,11 @@ func rampDelay(p *partition, lease *distlock.Lease, T, d time.Duration) bool {
 // delay costs it nothing: the loss is reported 2T/3 after the server last
 // heard from the holder at the latest. New's only signal is go-zookeeper's
 // disconnect event, 2T/3 after the last reply arrived: it is ahead of the
-// server only while d stays under T/3 minus the grace, as the package
-// documentation says. (Review of c0270d3, finding 2: with d = T/2 New's
-// notice came at fault + T/2 + 2T/3, after the server could expire the
-// session. That case is the documented limit and is not run: with replies
-// that slow the lock may be handed over first.)
+// server only while d stays under T/3 minus the grace, as
+// docs/backends/zookeeper.md says. (With d = T/2 New's notice comes at
+// fault + T/2 + 2T/3, after the server can expire the session. That case is
+// the documented limit and is not run: with replies that slow the lock may
+// be handed over first.)
 //
 // Past T/3 Dial cannot keep a lease (DialAboveThird): the newest answered
 // request is T/3 + d old just before the next ping's reply, so the silence

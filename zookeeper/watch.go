@@ -13,7 +13,7 @@ import (
 	"github.com/distlock/distlock/driver"
 )
 
-// Watching: see "Inspect and Watch" in the package documentation. A
+// Watching: see "Inspect and Watch" in docs/backends/zookeeper.md. A
 // subscription waits on a watch of the key directory, set by a read of it:
 // a child watch while the directory exists, an exist watch while it does
 // not. A ZooKeeper watch fires once, at the first change after its read;

@@ -17,7 +17,7 @@ import (
 
 // New returns a Locker on conn, a session the caller made with zk.Connect
 // and still owns: Close leaves it open. Pass WithEvents so that session
-// loss reaches the leases; see the package documentation for what happens
+// loss reaches the leases; see docs/backends/zookeeper.md for what happens
 // without it, and for what New cannot see of the connection that Dial does.
 func New(conn *zk.Conn, opts ...distlock.Option) (distlock.Locker, error) {
 	lockerOpts, backendOpts := driver.SplitOptions(opts)

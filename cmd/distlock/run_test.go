@@ -370,9 +370,8 @@ func TestRunBinarySignalWhileWaiting(t *testing.T) {
 
 // TestRunBinarySIGKILLTakesCommand: SIGKILL to a `distlock run` holding a
 // Redis lock must take its command with it; a command reparented to init
-// would keep running while the lock is free for the next holder (issue
-// #18). Linux only: elsewhere nothing can tie the command to a SIGKILLed
-// parent.
+// would keep running while the lock is free for the next holder. Linux
+// only: elsewhere nothing can tie the command to a SIGKILLed parent.
 func TestRunBinarySIGKILLTakesCommand(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("parent-death signals are Linux-only")

@@ -1,8 +1,8 @@
 package redisnode_test
 
 // Scripts sent with words built by us (Do) must survive hooks that rewrite
-// a command's words in place, resends after NOSCRIPT, and Rings (cases of a
-// review: each failed when words were resent or shared).
+// a command's words in place, resends after NOSCRIPT, and Rings (each
+// fails if words are resent or shared).
 
 import (
 	"fmt"

@@ -163,7 +163,7 @@ func TestExtendManyBehindFirstKeyProxy(t *testing.T) {
 // b1 is someone else's and b2 is missing; the copies left on shard 0 hold
 // our owner value and must expire by themselves. A batched script, routed
 // by its first lock (a, on shard 0), extended them and reported both locks
-// held without a break (a review; at the Redlock level, two holders).
+// held without a break (at the Redlock level, two holders).
 func TestExtendManyAfterProxyReroutes(t *testing.T) {
 	p := newFirstKeyProxy(t, 2)
 	c := p.client(t)

@@ -104,7 +104,7 @@ func TestRaiseToken(t *testing.T) {
 		t.Fatal("a failed acquire left its lock behind")
 	}
 	// Nor does a counter of another type (the script sets the lock before
-	// it reads the counter: a review found the lock left behind).
+	// it reads the counter, so a failure there must not leave the lock).
 	if err := c.Del(ctx, k.Counter).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -308,9 +308,10 @@ func TestExtendFastPath(t *testing.T) {
 // against extend.lua alone (ExtendOn), over every combination of lock,
 // holder record, retake marker and tombstone, wrong-typed keys included;
 // first after a SCRIPT FLUSH, then resent with the same nonces. Outcome,
-// error and every key's type, value and TTL must match. (Review 3: the
-// fast path's HGET failed on a record of the wrong type where extend.lua
-// reported a resent retake or extended the lock before failing.)
+// error and every key's type, value and TTL must match. (A record of the
+// wrong type is the subtle case: a fast path whose HGET fails on it differs
+// from extend.lua, which reports a resent retake or extends the lock before
+// failing.)
 func TestExtendFastMatchesRepairing(t *testing.T) {
 	srv := testserver.Redis(t)
 	c := newClient(t, srv.Addr())

@@ -1,8 +1,8 @@
 package redisnode_test
 
 // A batch of refreshes or extends must reach each lock on its own shard:
-// one script call per lock, routed by its keys (a review broke a batched
-// script that carried many locks in one call; these are its cases).
+// one script call per lock, routed by its keys (a batched script that
+// carries many locks in one call fails these cases).
 
 import (
 	"fmt"

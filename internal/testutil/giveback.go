@@ -41,11 +41,11 @@ func (b *losesReply) Unlock(ctx context.Context, g driver.Grant) error {
 }
 
 // CheckGiveBackAfterBurst checks that a burst of abandoned attempts does not
-// crowd out the give-back of one that landed. A review held a key for its
-// whole TTL: each give-back that found nothing was asked again for the
-// release timeout, the Locker's 64 give-back slots filled, and the
-// give-back of the attempt whose reply was lost after it took the lock was
-// dropped. raw is a fresh Backend (owned by the check); other is a Locker
+// crowd out the give-back of one that landed. Were each give-back that
+// finds nothing asked again for the release timeout, the Locker's 64
+// give-back slots would fill, the give-back of the attempt whose reply was
+// lost after it took the lock would be dropped, and the key would stay
+// held for its whole TTL. raw is a fresh Backend (owned by the check); other is a Locker
 // on the same server.
 func CheckGiveBackAfterBurst(t *testing.T, raw driver.Backend, other distlock.Locker) {
 	t.Helper()

@@ -1,6 +1,6 @@
-// Package electbench measures observer latency of a leader election (issue
-// #17): how long after a new leader is elected an observer of the role is
-// told about it.
+// Package electbench measures observer latency of a leader election: how
+// long after a new leader is elected an observer of the role is told about
+// it.
 //
 // Two candidates, each with its own client as separate processes would
 // have, campaign for one role again and again: the leader holds until the

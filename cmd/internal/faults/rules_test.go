@@ -241,8 +241,8 @@ func redlockTarget() *Target {
 // only make a deadline lapse (refreshStart / refreshDone then report "ran
 // out"); it cannot make a server say "not ours" early, since the server's
 // expiry is always after the local deadline. One unrelated 120 ms stall in
-// the TTL before the loss excused it when the window ran back from the loss
-// (a review): such a loss is always claimed.
+// the TTL before the loss must not excuse it (as it would if the window ran
+// back from the loss): such a loss is always claimed.
 func TestHostStallNeverExcusesDeclaredLoss(t *testing.T) {
 	ms := int64(time.Millisecond)
 	tg, stopT := redlockTarget(), 4000*ms
@@ -261,8 +261,8 @@ func TestHostStallNeverExcusesDeclaredLoss(t *testing.T) {
 // The redlock-no-repair shape: a long-held lease, node 1 restarted (within:
 // down 1.3 s), no refresh reaches a quorum for a whole TTL and the lease
 // lapses (Exp == lost). Two 55 ms scheduling blips in that second, each
-// harmless (the renewer tries every TTL/3), added up to TTL/10 and excused
-// it (a review): a lapse needs the process frozen for most of the window.
+// harmless (the renewer tries every TTL/3), add up to TTL/10 and must not
+// excuse it: a lapse needs the process frozen for most of the window.
 func TestHostStallBlipsExcuseNoLapse(t *testing.T) {
 	ms := int64(time.Millisecond)
 	tg, stopT := redlockTarget(), 9000*ms

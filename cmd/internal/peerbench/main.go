@@ -1,8 +1,8 @@
 // Command peerbench measures each distlock backend against the library a
-// user would pick instead of it (issue #15): redis against bsm/redislock,
+// user would pick instead of it: redis against bsm/redislock,
 // redlock against go-redsync/redsync on the same five nodes, etcd against
 // client/v3/concurrency.Mutex, ZooKeeper against go-zookeeper's zk.Lock.
-// The observer-latency scenario (issue #17) runs distlock's election on
+// The observer-latency scenario runs distlock's election on
 // each backend, with etcd's concurrency.Election on the same etcd server
 // as the reference (the other peers offer no election).
 //

@@ -22,7 +22,7 @@ type scenario struct {
 	hold    time.Duration // time between grant and release
 }
 
-// The scenarios of issue #15. Every worker locks the same key again and
+// The scenarios each pair is measured in. Every worker locks the same key again and
 // again (uncontended: its own key), with a waiting acquire.
 var scenarios = []scenario{
 	{id: "uncontended", title: "uncontended (1 worker, 1 key)", workers: 1, keys: 1},

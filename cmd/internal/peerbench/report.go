@@ -249,8 +249,7 @@ func writeJSON(path string, rep *Report) error {
 }
 
 // printReport writes the machine, the long table (every figure) and the
-// ratio matrix of issue #15 (scenario × pair), and the observer-latency
-// table of issue #17.
+// ratio matrix (scenario × pair), and the observer-latency table.
 func printReport(w io.Writer, rep *Report) {
 	m := rep.Machine
 	fmt.Fprintf(w, "distlock vs peers: %d run(s) of %s per side, interleaved, medians\n", rep.Runs, rep.Duration)
@@ -312,8 +311,8 @@ func printLockTables(w io.Writer, rep *Report) {
 	fmt.Fprint(w, matrix(rep))
 }
 
-// matrix is the Markdown table of issue #15: a row per scenario, a column
-// per measured pair.
+// matrix is the Markdown table of ratios: a row per scenario, a column per
+// measured pair.
 func matrix(rep *Report) string {
 	var cols []*pair
 	for _, p := range pairs {
