@@ -98,7 +98,7 @@ func WithEvents(ch <-chan zk.Event) Option {
 // lines to the distlock logger (WithLogger) at debug level. Dial installs
 // its own zk.WithEventCallback after these options, replacing any given
 // here: to see the events yourself, connect with zk.Connect and use New.
-func WithConnOptions(opts ...func(*zk.Conn)) distlock.Option {
+func WithConnOptions(opts ...func(*zk.Conn)) Option {
 	for _, o := range opts {
 		if o == nil {
 			return Option{driver.InvalidOption("zookeeper: nil connection option")}
