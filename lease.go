@@ -116,12 +116,13 @@ func (ls *Lease) Refresh(ctx context.Context, opts ...RefreshOption) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidOption)
 	}
-	ttl := ls.TTL()
-	for _, o := range opts {
-		if t, ok := o.(ttlOpt); ok {
-			ttl = t.ttl
-		}
+	base := ls.o
+	base.TTL = ls.TTL()
+	o, err := driver.ResolveCall(base, driver.Options(opts))
+	if err != nil {
+		return err
 	}
+	ttl := o.TTL
 	if err := validateTTL(ttl); err != nil {
 		return err
 	}

@@ -219,3 +219,27 @@ func TestLeaseShorterRefreshInFlightShortensAtOnce(t *testing.T) {
 	}
 	<-done
 }
+
+// wrappedTTL is a RefreshOption decorated by embedding (a config layer).
+type wrappedTTL struct{ distlock.RefreshOption }
+
+// Refresh applies a RefreshOption through its setting, as Acquire does,
+// whatever type carries it.
+func TestRefreshAppliesWrappedTTL(t *testing.T) {
+	l, err := memory.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ls, err := l.TryAcquire(t.Context(), "k", wrappedTTL{distlock.WithTTL(20 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Release(t.Context())
+	if err := ls.Refresh(t.Context(), wrappedTTL{distlock.WithTTL(5 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if ls.TTL() != 5*time.Second {
+		t.Errorf("Refresh(a wrapped WithTTL(5s)) left the TTL at %v", ls.TTL())
+	}
+}

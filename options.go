@@ -48,10 +48,7 @@ func (c callOpt) DriverOption() driver.Option { return c.o }
 func (callOpt) callOption()                   {}
 
 // ttlOpt is WithTTL's type: a call or a refresh takes it.
-type ttlOpt struct {
-	callOpt
-	ttl time.Duration
-}
+type ttlOpt struct{ callOpt }
 
 func (ttlOpt) refreshOption() {}
 
@@ -91,7 +88,7 @@ func lockerOption(name string, apply func(*driver.Settings)) Option {
 // and at most MaxTTL. Default 30s. Backends whose locks live as long as a
 // session (see Guarantees.SessionTTL) use it only for the local deadline.
 func WithTTL(ttl time.Duration) RefreshOption {
-	return ttlOpt{callOpt{driver.NewOption("WithTTL", driver.ScopeCall, func(o *driver.Settings) { o.TTL = ttl })}, ttl}
+	return ttlOpt{callOpt{driver.NewOption("WithTTL", driver.ScopeCall, func(o *driver.Settings) { o.TTL = ttl })}}
 }
 
 // WithAutoRenew makes leases from Acquire and TryAcquire renew themselves in

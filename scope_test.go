@@ -140,3 +140,36 @@ func TestObserversAddUp(t *testing.T) {
 		t.Errorf("WithObserver(nil): want ErrInvalidOption, got %v", err)
 	}
 }
+
+// A nil option (a variable left unset) sets nothing, wherever it is passed.
+func TestNilOptionsSetNothing(t *testing.T) {
+	var (
+		opt   distlock.Option
+		call  distlock.CallOption
+		renew distlock.RefreshOption
+	)
+	l, err := distlock.New(memory.NewBackend(memory.NewStore()), distlock.WithTTL(time.Minute), opt)
+	if err != nil {
+		t.Fatalf("New with a nil Option: %v", err)
+	}
+	defer l.Close()
+	ls, err := l.TryAcquire(t.Context(), "k", call)
+	if err != nil {
+		t.Fatalf("TryAcquire with a nil CallOption: %v", err)
+	}
+	if err := ls.Refresh(t.Context(), renew); err != nil || ls.TTL() != time.Minute {
+		t.Fatalf("Refresh with a nil RefreshOption: %v, TTL %v", err, ls.TTL())
+	}
+	ls.Release(t.Context())
+	for name, open := range map[string]func() (distlock.Locker, error){
+		"Open":       func() (distlock.Locker, error) { return distlock.Open(t.Context(), "mem://", opt) },
+		"memory.New": func() (distlock.Locker, error) { return memory.New(opt) },
+	} {
+		l, err := open()
+		if err != nil {
+			t.Errorf("%s with a nil Option: %v", name, err)
+			continue
+		}
+		l.Close()
+	}
+}

@@ -177,10 +177,13 @@ func ResolveBackend(backend string, opts []Option) (Settings, error) {
 }
 
 // Options returns the settings of package distlock's Options, in order.
+// A nil one, such as a variable left unset, sets nothing.
 func Options[O interface{ DriverOption() Option }](opts []O) []Option {
-	out := make([]Option, len(opts))
-	for i, o := range opts {
-		out[i] = o.DriverOption()
+	out := make([]Option, 0, len(opts))
+	for _, o := range opts {
+		if any(o) != nil {
+			out = append(out, o.DriverOption())
+		}
 	}
 	return out
 }
@@ -190,6 +193,9 @@ func Options[O interface{ DriverOption() Option }](opts []O) []Option {
 // for the backend's own constructor (its options and the shared ones).
 func SplitOptions[O interface{ DriverOption() Option }](opts []O) (locker []O, backend []Option) {
 	for _, x := range opts {
+		if any(x) == nil {
+			continue // sets nothing
+		}
 		o := x.DriverOption()
 		if o.owner == "" {
 			locker = append(locker, x)
