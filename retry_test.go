@@ -133,3 +133,22 @@ type denying struct{ driver.Backend }
 func (d *denying) TryLock(context.Context, driver.Request) (driver.Grant, error) {
 	return driver.Grant{}, driver.AccessDenied("127.0.0.1:1", errors.New("WRONGPASS"))
 }
+
+// An attempt error that says both "held" (by the nodes that answered) and
+// "unavailable" (the others) is retried as an outage; when ctx ends during
+// its back-off, the server's error stays in the one returned.
+func TestHeldAndUnavailableKeptAtCtxEnd(t *testing.T) {
+	e := fmt.Errorf("%w: 1 node out of reach: %w", distlock.ErrUnavailable, &distlock.HeldError{Key: "k"})
+	b := &errBackend{Backend: memory.NewBackend(memory.NewStore()), err: func() error { return e }}
+	l, err := distlock.New(b, distlock.WithBackoff(50*time.Millisecond, 200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = l.Acquire(ctx, "k")
+	if !errors.Is(err, distlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, distlock.ErrUnavailable) {
+		t.Errorf("Acquire = %v; want ErrNotAcquired, the deadline and the last ErrUnavailable", err)
+	}
+}

@@ -158,11 +158,11 @@ func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settin
 			req.Owner = newOwner()
 		}
 		start := now()
-		g, again, err := p.try(ctx, attempt)
-		if again {
+		g, next, err := p.try(ctx, attempt)
+		switch next {
+		case tryAgain:
 			continue
-		}
-		if err == nil || !errors.Is(err, ErrNotAcquired) {
+		case settled:
 			return g, start, err
 		}
 		p.contended = true
@@ -182,6 +182,15 @@ func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settin
 	}
 }
 
+// What a poller does after an attempt.
+type nextStep int
+
+const (
+	settled  nextStep = iota // return its grant or error
+	tryAgain                 // at once: a transient failure's back-off is over
+	waitHeld                 // wait for the holder, then try again
+)
+
 // poller is one blocking acquire's state across its attempts.
 type poller struct {
 	l   *locker
@@ -195,15 +204,14 @@ type poller struct {
 	unreachable error // the last transient failure, for the caller if ctx ends
 }
 
-// try makes one attempt. again reports a transient failure, already waited
-// out by a back-off; the caller then simply tries again.
-func (p *poller) try(ctx context.Context, attempt int) (g driver.Grant, again bool, err error) {
-	g, err = p.l.b.TryLock(ctx, *p.req)
+// try makes one attempt and says what comes next.
+func (p *poller) try(ctx context.Context, attempt int) (driver.Grant, nextStep, error) {
+	g, err := p.l.b.TryLock(ctx, *p.req)
 	if mayHaveTaken(err) {
 		p.l.abandon(*p.req, p.o)
 	}
 	if err != nil && ctx.Err() != nil && p.unreachable != nil {
-		return driver.Grant{}, false, p.unreachable
+		return driver.Grant{}, settled, p.unreachable
 	}
 	if err != nil && transient(err) && ctx.Err() == nil {
 		// Out of reach for now: wait as for a held key, and keep the
@@ -211,11 +219,14 @@ func (p *poller) try(ctx context.Context, attempt int) (g driver.Grant, again bo
 		p.unreachable = err
 		p.l.log(slog.LevelWarn, "server unavailable; retrying", p.req.Key, err)
 		if driver.Sleep(ctx, backoff(p.o, attempt)) != nil {
-			return driver.Grant{}, false, err
+			return driver.Grant{}, settled, err
 		}
-		return driver.Grant{}, true, nil
+		return driver.Grant{}, tryAgain, nil
 	}
-	return g, false, err
+	if err == nil || !errors.Is(err, ErrNotAcquired) {
+		return g, settled, err
+	}
+	return driver.Grant{}, waitHeld, err
 }
 
 // subscribe starts the key's release notices, once. began reports that it
