@@ -244,6 +244,9 @@ func (b *backend) await(ctx context.Context, conn *zk.Conn, key string, n *node,
 	children, start, err := look.children, look.listStart, look.childErr
 	for {
 		if err != nil {
+			if errors.Is(err, zk.ErrSessionExpired) {
+				err = fmt.Errorf("%w: %w", errSessionLost, err) // a new session may try again
+			}
 			return driver.Grant{}, fmt.Errorf("zookeeper: list %s: %w", n.dir, err)
 		}
 		found, pred := position(children, n)
