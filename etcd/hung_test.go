@@ -19,7 +19,7 @@ import (
 	"go.etcd.io/etcd/client/v3/namespace"
 )
 
-// Regression tests of the adversarial review of the hung-member changes.
+// Tests of a member that hangs (accepts connections, never answers).
 
 // metric reads one of the server's gauges/counters by its exact name.
 func metric(t *testing.T, addr, name string) int {
@@ -43,18 +43,16 @@ func metric(t *testing.T, addr, name string) int {
 	return 0
 }
 
-// Review (81ef4b2): each loss-watch try that is abandoned on a hung member
-// pins a gRPC watch stream of its own. Nothing ever closes such a stream:
-// its context is the client's valCtx, it has no watcher left, and clientv3
-// closes a stream only when a watcher of it closes. So every try made
-// during a hang leaks a stream (two client goroutines, a server stream)
-// for the life of the client: after the member is back, after the lease
-// is released, and after the Locker's Close (a client given to New).
+// A loss-watch try abandoned on a hung member would pin a gRPC watch
+// stream of its own: its context is the client's valCtx, it has no watcher
+// left, and clientv3 closes a stream only when a watcher of it closes, so
+// it would last as long as the client (two client goroutines, a server
+// stream), past the member's return, the release and the Locker's Close.
 // Each try of the loss watch made while a member hangs is given up before
 // the member answers; none may leave a gRPC stream (client goroutines, a
 // server-side watch stream) behind once the Locker and its tries are done
-// (found by review: with the try number as metadata alone, every such try
-// left one until the client closed).
+// (with the try number as metadata alone, every such try left one until
+// the client closed).
 func TestLossWatchTriesLeaveNoStreams(t *testing.T) {
 	s := testserver.Etcd(t)
 	ctx := ctxT(t, 90*time.Second)
@@ -96,8 +94,8 @@ func TestLossWatchTriesLeaveNoStreams(t *testing.T) {
 
 // Waiters with short TTLs keep their places while a follower hangs: no read
 // of the wait that the balancer sends to the hung member may hold their
-// renewal up, and a renewal sent there must leave time for another (found
-// by two reviews: with TTL 4s, a 5 s read in the loop that renewed the
+// renewal up, and a renewal sent there must leave time for another (with
+// TTL 4s, a 5 s read in the loop that renewed the
 // lease let it expire, and an unbounded one held it for the 15 s the client
 // took to drop the member; with TTL 2s, a renewal try bounded by a third of
 // the lease and retried a second later came after the lease had run out).
@@ -187,14 +185,14 @@ func openLocker(ctx context.Context, t *testing.T, endpoints []string) distlock.
 	return l
 }
 
-// Review: Close of a Locker with a held lease and a waiting Acquire while
-// its only member hangs returns within its bounds.
+// Close of a Locker with a held lease and a waiting Acquire while its only
+// member hangs returns within its bounds.
 
 // A waiter that becomes the owner with less than half its TTL left renews
 // its lease before the grant; a renewal sent to a member that hangs must not
-// hold the Acquire up while the lock sits free (found by the second review:
-// the renewal had no bound, and the Acquire returned only when the member
-// came back, its lease gone by then).
+// hold the Acquire up while the lock sits free (a renewal without a bound
+// made the Acquire return only when the member came back, its lease gone
+// by then).
 func ownedRenewalSurvivesHungMember(t *testing.T, c *testserver.Cluster) {
 	endpoints := c.Endpoints()
 	ctx := ctxT(t, 4*time.Minute)
@@ -387,7 +385,7 @@ func TestWaitLeavesNoGoroutines(t *testing.T) {
 	testutil.CheckNoGoroutines(t, base, ours...)
 }
 
-// handOffReadsPastHungMember (found by review): a waiter reads its place
+// handOffReadsPastHungMember: a waiter reads its place
 // before it takes the lock from an owner that left, and the balancer may
 // send that read to a member that hangs. Each such read waited out its
 // 2 s bound; a hedged read (sent again after 100 ms, a new pick) does not.

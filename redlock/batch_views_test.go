@@ -22,9 +22,9 @@ import (
 // lease (10b1fe1). Driven directly over 5 nodes with leases of interleaved
 // classes, the verdict, the error text (which nodes failed, how many were
 // someone else's) and the nodes' state afterwards (give-backs of lost
-// leases, repaired holder records) must each be the lease's own. From the
-// review of 10b1fe1: without the reset of the failed map, 71 of 54+40
-// verdicts were another lease's.
+// leases, repaired holder records) must each be the lease's own: without
+// a reset of the failed map between leases, 71 of 54+40 verdicts were
+// another lease's.
 type batchLease struct {
 	class string
 	req   driver.Request

@@ -20,7 +20,7 @@ import (
 // woke the contenders together, so they split the two live nodes again and
 // again (a livelock the fault harness's hang-server fault found: with three
 // contenders every Acquire took 1.6-7.6 s). A random pause after such a
-// split set three apart, but not eight (a review: Acquires hit their 10 s
+// split set three apart, but not eight (Acquires hit their 10 s
 // deadlines, worst 8.9 s). Now an attempt does not wait for a node whose
 // last call timed out once the live nodes have decided, and the pause
 // range doubles with each split in a row. The bound is a generous liveness
@@ -77,7 +77,7 @@ func TestSplitVotesWithHungNode(t *testing.T) {
 	}
 }
 
-// TestTryAcquireDoesNotPauseAfterSplit (a review): the split-vote pause is
+// TestTryAcquireDoesNotPauseAfterSplit: the split-vote pause is
 // for waiting Acquires, which would try again together; a TryAcquire
 // returns at once and its caller decides what comes next. Node 0 hung, the
 // key held on node 1: a TryAcquire of a fresh Locker (node 0 not yet known
@@ -106,8 +106,7 @@ func TestTryAcquireDoesNotPauseAfterSplit(t *testing.T) {
 	}
 }
 
-// TestNoSplitPauseWhenAllNodesUp (found by review of the split-vote pause):
-// five healthy nodes, the key held on four
+// TestNoSplitPauseWhenAllNodesUp: five healthy nodes, the key held on four
 // of them (a holder Locker over nodes 0-3). A TryAcquire over all five gets
 // yes from node 4 and "held" from the rest; gather stops early at 1 yes + 3
 // held (quorum 3 unreachable), so the fifth reply is merely unread, not

@@ -13,7 +13,7 @@ import (
 	"github.com/distlock/distlock/redlock"
 )
 
-// TestLateYesIsNotHeldWithoutABreak (review 4): A's lease is decided by
+// TestLateYesIsNotHeldWithoutABreak: A's lease is decided by
 // nodes 0 and 1; A's acquire to node 2 is held up on the wire. Node 0 then
 // loses the lock (restarted empty), and B takes the key on nodes 0 and 2
 // and gives it back (two holders at once: the restart-without-fsync hazard

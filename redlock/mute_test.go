@@ -17,9 +17,9 @@ import (
 // A failed attempt of a waiting Acquire lost to "held" answers alone mutes,
 // on its own subscription, the nodes it took (and those it left unread):
 // their release notices are its own give-backs; while muted, its Wait ends
-// within mutedPoll. These tests check that it no longer spins on them, and
-// (the reviews' failing tests) that it still finds every release, recovery
-// or deletion that lets it have the lock.
+// within mutedPoll. These tests check that it does not spin on them, and
+// that it still finds every release, recovery or deletion that lets it have
+// the lock.
 
 // acquired is the outcome of a waiting Acquire and when it returned.
 type acquired struct {
@@ -76,8 +76,7 @@ func heldOnSomeNodes(t *testing.T, srvs []*testserver.Server, holder distlock.Lo
 	return ls
 }
 
-// TestLoneWaiterDoesNotSpinOnOwnGiveBack (a second review, older than the
-// suspects): a lease held on nodes 0 and 1 only (node 2 was down when it
+// TestLoneWaiterDoesNotSpinOnOwnGiveBack: a lease held on nodes 0 and 1 only (node 2 was down when it
 // was taken, and came back empty). Each attempt of a lone waiter took node
 // 2, heard "held" from nodes 0 and 1, and gave node 2 back; the give-back's
 // release notice woke the waiter again ~3 ms later: ~650 attempts a second,
@@ -117,7 +116,7 @@ func TestLoneWaiterDoesNotSpinOnOwnGiveBack(t *testing.T) {
 	}
 }
 
-// TestWaiterHearsSuspectRecover (review 1 of the mute): node 0 hung or
+// TestWaiterHearsSuspectRecover: node 0 hung or
 // down, a crashed client's lock on node 2 alone. Each attempt takes node 1,
 // hears "held" from node 2 and does not wait for node 0 (a suspect). Muting
 // nodes 0 and 1, a majority, kept the waiter asleep 9.2-9.4 s after node 0
@@ -233,7 +232,7 @@ func TestWaitersDoNotPingPong(t *testing.T) {
 	}
 }
 
-// TestWaiterHearsFailedNodeRecover (review 2 of the mute): node 0 out of
+// TestWaiterHearsFailedNodeRecover: node 0 out of
 // memory (its writes fail at once: a failure, not a suspect), a crashed
 // client's lock on node 2. Each attempt takes node 1, hears "held" from
 // node 2, and node 0 fails: node 0 could have decided the vote. Node 0
@@ -270,7 +269,7 @@ func TestWaiterHearsFailedNodeRecover(t *testing.T) {
 	}
 }
 
-// TestWaiterHearsExpiryAfterHang (review 2 of the mute): crashed clients'
+// TestWaiterHearsExpiryAfterHang: crashed clients'
 // locks on node 2 (30 s) and node 0 (6.5 s), node 1 free. Node 0 hangs
 // from 1 s to 6 s; the waiter's fallback poll meets the hang (a timeout, no
 // TTL learned from node 0). Node 0 comes back holding its lock, which then
@@ -307,7 +306,7 @@ func TestWaiterHearsExpiryAfterHang(t *testing.T) {
 	}
 }
 
-// TestWaiterHearsHeldNodeCleared (review 3 of the mute): another client's
+// TestWaiterHearsHeldNodeCleared: another client's
 // lock on nodes 0 and 1, node 2 free; the waiter's attempts take node 2 and
 // mute it. Node 0's lock then goes away without a release notice: deleted
 // by hand, the node flushed, or restarted empty; the waiter could have the

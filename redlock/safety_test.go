@@ -17,8 +17,7 @@ import (
 	"github.com/distlock/distlock/redlock"
 )
 
-// The regression tests of the safety audit (issue #13): each schedule broke
-// a promise on the earlier code, against real nodes.
+// Schedules that would break a safety promise, against real nodes.
 
 // fault is a go-redis hook that injects faults into one client's link to one
 // node: a cut link (every command fails) or one slow script call. It stands

@@ -21,9 +21,8 @@ import (
 	"github.com/distlock/distlock/redlock"
 )
 
-// The schedules below come from the second adversarial review of the
-// repairing Refresh; each failed on the code before its fix. The comment of
-// each test describes the schedule and the rule it checks.
+// Schedules of the repairing Refresh with straggling requests. The comment
+// of each test describes the schedule and the rule it checks.
 
 // hk is a go-redis hook on one client's link to one node: a cut link, a
 // delay of the next script call (or of every one) before it is sent — a

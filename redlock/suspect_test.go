@@ -17,10 +17,9 @@ import (
 	"github.com/distlock/distlock/redlock"
 )
 
-// The tests below come from two reviews of "suspects" (nodes whose last
-// call timed out, not waited for once the others decide a waiting
-// Acquire's vote) and of the split pause; each failed on the version it
-// reviewed. None has a contender: a lone caller against another owner's
+// The tests below check "suspects" (nodes whose last call timed out, not
+// waited for once the others decide a waiting Acquire's vote) and the
+// split pause. None has a contender: a lone caller against another owner's
 // lock on a minority (node 2, a crashed client's), which cannot be had
 // until it expires, or (the last) against a lease held on a bare majority.
 
@@ -162,7 +161,7 @@ func TestLoneWaiterTakesFreedLockPromptly(t *testing.T) {
 	}
 }
 
-// TestLoneWaiterTakesReleasedLockPromptly (a second review): a lease held
+// TestLoneWaiterTakesReleasedLockPromptly: a lease held
 // on nodes 0 and 1 only (node 2 was down when it was taken, and came back
 // empty), node 0 then hung. Each attempt of a lone waiter takes node 2,
 // hears "held" from node 1, and node 0 (a suspect) could have decided:
