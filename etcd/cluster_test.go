@@ -188,16 +188,25 @@ func leaderKill(t *testing.T, c *testserver.Cluster, locker func(...distlock.Opt
 // the loss watch must not hold the loss notices back: the watch asks for
 // progress and, hearing nothing, is made again (without that, Done stays
 // open until the member comes back).
+// The hung-member tests run in two groups, each on a cluster of its own
+// and in parallel with the package's other waiting tests: they mostly wait
+// out timeouts.
 func TestLossWatchSurvivesHungMember(t *testing.T) {
+	t.Parallel()
 	c := testserver.EtcdCluster(t, 3)
 	t.Run("EachMember", func(t *testing.T) { lossWatchEachMemberHung(t, c) })
 	t.Run("RemadeOnHungMember", func(t *testing.T) { lossWatchRemadeOnHungMember(t, c) })
 	t.Run("WaiterOnHungMember", func(t *testing.T) { waiterOnHungMember(t, c) })
 	t.Run("OpenDropsHungMember", func(t *testing.T) { openDropsHungMember(t, c) })
+	t.Run("HandOffReadsPastHungMember", func(t *testing.T) { handOffReadsPastHungMember(t, c) })
+}
+
+func TestWaitersSurviveHungMember(t *testing.T) {
+	t.Parallel()
+	c := testserver.EtcdCluster(t, 3)
 	t.Run("WaitersKeepPlaces", func(t *testing.T) { waitersKeepPlaces(t, c, 4*time.Second, 30*time.Second) })
 	t.Run("ShortTTLWaitersKeepPlaces", func(t *testing.T) { waitersKeepPlaces(t, c, 2*time.Second, 20*time.Second) })
 	t.Run("OwnedRenewal", func(t *testing.T) { ownedRenewalSurvivesHungMember(t, c) })
-	t.Run("HandOffReadsPastHungMember", func(t *testing.T) { handOffReadsPastHungMember(t, c) })
 }
 
 func lossWatchEachMemberHung(t *testing.T, c *testserver.Cluster) {

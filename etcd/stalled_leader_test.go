@@ -35,6 +35,7 @@ import (
 // That makes a round of a server without the fix fail for certain rather
 // than by a race against the step-down.
 func TestStalledLeaderKeepsLeases(t *testing.T) {
+	t.Parallel() // mostly waits out the stall, on a cluster of its own
 	const rounds = 2
 	cl := testserver.EtcdCluster(t, 3)
 	for r := range rounds {
