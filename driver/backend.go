@@ -97,7 +97,7 @@ type Request struct {
 	// Drift.For(TTL) off the validity a backend reports. A backend that
 	// judges validity itself (Redlock, per node) uses the same rule.
 	Drift Drift
-	// Value is the holder's value (WithValue), at most MaxValueLen bytes:
+	// Value is the holder's value (WithValue), at most distlock.MaxValueLen bytes:
 	// the backend stores it with the lock for Inspect to report; "" means
 	// none.
 	Value string

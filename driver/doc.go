@@ -12,6 +12,8 @@
 // [Backend.Lock], [WaitNotify] backends [Backend.Subscribe]), so a wrapper
 // that embeds a Backend keeps every capability.
 //
-// Types shared with users (Token, Guarantees, the sentinel errors, Option,
-// Observer) are defined here and aliased by package distlock.
+// Types shared with users (Token, Guarantees, the sentinel errors) are
+// defined here and aliased by package distlock. Package driver/urlparam
+// reads what every backend URL has in common (parameters, hosts, TLS,
+// credentials).
 package driver

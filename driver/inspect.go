@@ -5,11 +5,6 @@ import (
 	"time"
 )
 
-// MaxValueLen is the largest holder value (WithValue) a lock may carry, in
-// bytes: enough for a host name, an address and a version, small enough to
-// store with the lock on every backend.
-const MaxValueLen = 1024
-
 // Holder is what Inspect reports of a key's lock, as the server sees it.
 type Holder struct {
 	// Held is false when nobody holds the key; the other fields are then

@@ -65,28 +65,6 @@ func InvalidOption(format string, args ...any) Option {
 	return Option{name: "invalid option", apply: func(s *Settings) { s.Invalid(format, args...) }}
 }
 
-// Defaults of the portable settings.
-const (
-	DefaultTTL            = 30 * time.Second
-	DefaultDriftFactor    = 0.01
-	DefaultDriftMin       = 2 * time.Millisecond
-	DefaultBackoffMin     = 5 * time.Millisecond
-	DefaultBackoffMax     = 500 * time.Millisecond
-	DefaultReleaseTimeout = 5 * time.Second
-)
-
-// Defaults returns the settings before any option.
-func Defaults() Settings {
-	return Settings{
-		TTL:            DefaultTTL,
-		DriftFactor:    DefaultDriftFactor,
-		DriftMin:       DefaultDriftMin,
-		BackoffMin:     DefaultBackoffMin,
-		BackoffMax:     DefaultBackoffMax,
-		ReleaseTimeout: DefaultReleaseTimeout,
-	}
-}
-
 // Settings are resolved options.
 type Settings struct {
 	TTL            time.Duration // lease time to live
@@ -98,10 +76,9 @@ type Settings struct {
 	BackoffMax     time.Duration // cap of the exponential back-off
 	ReleaseTimeout time.Duration // bound on every release
 	Logger         *slog.Logger  // nil: nothing is logged
-	Observer       Observer
-	Value          string      // the holder's value stored with each lock (WithValue)
-	FenceEpoch     int64       // Lease.Fence().Epoch (WithFenceEpoch)
-	TLS            *tls.Config // the base TLS config of Open's clients (WithTLSConfig)
+	Value          string        // the holder's value stored with each lock (WithValue)
+	FenceEpoch     int64         // Lease.Fence().Epoch (WithFenceEpoch)
+	TLS            *tls.Config   // the base TLS config of Open's clients (WithTLSConfig)
 
 	err     error
 	backend map[any]any
@@ -160,7 +137,7 @@ func ResolveLocker(base Settings, backend string, opts []Option) (Settings, erro
 // portable setting the backend cannot apply (a TTL, a release timeout), is
 // an error matching ErrInvalidOption.
 func ResolveBackend(backend string, opts []Option) (Settings, error) {
-	s := Defaults()
+	var s Settings
 	for _, o := range opts {
 		switch {
 		case o.apply == nil:

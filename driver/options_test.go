@@ -14,7 +14,7 @@ func TestDriftFor(t *testing.T) {
 	if got := (Drift{Factor: 0.1, Min: time.Millisecond}).For(time.Second); got != 101*time.Millisecond {
 		t.Errorf("0.1·1s + 1ms = %v", got)
 	}
-	s := Defaults()
+	s := Settings{}
 	s.DriftFactor, s.DriftMin = 0.2, 0
 	if s.Drift(time.Second) != s.DriftRule().For(time.Second) || s.Drift(time.Second) != 200*time.Millisecond {
 		t.Errorf("Settings.Drift %v and DriftRule().For %v disagree", s.Drift(time.Second), s.DriftRule().For(time.Second))
@@ -47,10 +47,10 @@ func TestOptionScopes(t *testing.T) {
 		"backend: call option":       {func() (Settings, error) { return ResolveBackend("b1", []Option{call}) }, false},
 		"backend: locker-wide":       {func() (Settings, error) { return ResolveBackend("b1", []Option{lockerWide}) }, false},
 		"backend: invalid":           {func() (Settings, error) { return ResolveBackend("b1", []Option{bad}) }, false},
-		"locker: portable":           {func() (Settings, error) { return ResolveLocker(Defaults(), "b1", []Option{call, lockerWide, shared}) }, true},
-		"locker: own backend's":      {func() (Settings, error) { return ResolveLocker(Defaults(), "b1", []Option{own}) }, false},
-		"call: call option":          {func() (Settings, error) { return ResolveCall(Defaults(), []Option{call}) }, true},
-		"call: invalid":              {func() (Settings, error) { return ResolveCall(Defaults(), []Option{bad}) }, false},
+		"locker: portable":           {func() (Settings, error) { return ResolveLocker(Settings{}, "b1", []Option{call, lockerWide, shared}) }, true},
+		"locker: own backend's":      {func() (Settings, error) { return ResolveLocker(Settings{}, "b1", []Option{own}) }, false},
+		"call: call option":          {func() (Settings, error) { return ResolveCall(Settings{}, []Option{call}) }, true},
+		"call: invalid":              {func() (Settings, error) { return ResolveCall(Settings{}, []Option{bad}) }, false},
 	} {
 		_, err := tc.resolve()
 		if tc.ok && err != nil {

@@ -1,7 +1,6 @@
 package driver
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -128,34 +127,4 @@ type Guarantees struct {
 	SingleProcess bool
 	// Notes are caveats worth reading before choosing the backend.
 	Notes []string
-}
-
-// Observer receives lock events, for metrics and tracing. Observe must be
-// quick and must not call back into the Locker.
-type Observer interface {
-	Observe(ctx context.Context, e Event)
-}
-
-// EventKind names a lock event.
-type EventKind string
-
-// Event kinds.
-const (
-	EventAcquired      EventKind = "acquired"       // Duration: time spent acquiring, waits included
-	EventAcquireFailed EventKind = "acquire_failed" // Err says why (not acquired, ctx, server)
-	EventContended     EventKind = "contended"      // an attempt found the key held
-	EventRefreshed     EventKind = "refreshed"      // Duration: the refresh's round trip
-	EventRefreshFailed EventKind = "refresh_failed" // Err says why; the lease may still be valid
-	EventReleased      EventKind = "released"       // Duration: how long the lease was held
-	EventLost          EventKind = "lost"           // Duration: how long it was held; Err says why
-)
-
-// Event is one thing that happened to a lock.
-type Event struct {
-	Kind     EventKind
-	Backend  string
-	Key      string
-	Token    Token
-	Duration time.Duration
-	Err      error
 }

@@ -156,6 +156,10 @@ func KillRestartServer(down time.Duration) Fault {
 	return Fault{
 		Name: "kill-restart-server", Applies: func(tg *Target) bool { return len(tg.Servers) == 1 },
 		Tolerated: func(g distlock.Guarantees, tg *Target) bool { return !g.RestartLosesLocks },
+		// Clients reconnect after the restart with a back-off of their own
+		// (go-zookeeper waits a second per try with one server): leave a
+		// loaded host room for the first grant after it.
+		Settle: 3 * time.Second,
 		Inject: func(ctx context.Context, env *Env) (Injected, error) {
 			s := env.Target.primary()
 			in := Injected{Worker: -1, Start: Mono()}

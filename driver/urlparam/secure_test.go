@@ -1,4 +1,4 @@
-package driver_test
+package urlparam_test
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/driver/urlparam"
 	"github.com/distlock/distlock/internal/testserver"
 )
 
@@ -41,7 +42,7 @@ func TestRedactHidesThePassword(t *testing.T) {
 		"zk://u:" + secret + "@h1:1,h2:2/base?session_timeout=10s",
 		"redis://u:" + secret + "@h:6379#frag",
 	} {
-		got := driver.Redact(raw)
+		got := urlparam.Redact(raw)
 		if strings.Contains(got, secret) {
 			t.Errorf("Redact(%q) = %q: the password shows", raw, got)
 		}
@@ -49,7 +50,7 @@ func TestRedactHidesThePassword(t *testing.T) {
 			t.Errorf("Redact(%q) = %q: not a URL any more", raw, got)
 		}
 	}
-	if got := driver.Redact("redis://h:6379?password_file=/run/secrets/p"); !strings.Contains(got, "/run/secrets/p") {
+	if got := urlparam.Redact("redis://h:6379?password_file=/run/secrets/p"); !strings.Contains(got, "/run/secrets/p") {
 		t.Errorf("a password_file's path is no secret: %q", got)
 	}
 }
@@ -60,13 +61,13 @@ func TestRedactHidesThePassword(t *testing.T) {
 func TestTLSParamsBuildAConfig(t *testing.T) {
 	ca := testserver.NewCA(t)
 	cli := ca.Client(t, "alice")
-	read := func(raw string, on bool) (driver.TLSParams, error) {
+	read := func(raw string, on bool) (urlparam.TLSParams, error) {
 		u, err := url.Parse(raw)
 		if err != nil {
 			t.Fatal(err)
 		}
-		q := driver.NewQuery(u)
-		p := driver.ReadTLS(q, on, nil)
+		q := urlparam.NewQuery(u)
+		p := urlparam.ReadTLS(q, on, nil)
 		return p, q.Done()
 	}
 	p, err := read("x://h?ca_file="+ca.File+"&cert_file="+cli.CertFile+"&key_file="+cli.KeyFile+"&server_name=svc", false)
@@ -113,7 +114,7 @@ func TestCredentialsFromPasswordFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return driver.Credentials(driver.NewQuery(u), u)
+		return urlparam.Credentials(urlparam.NewQuery(u), u)
 	}
 	if u, p, err := creds("x://alice@h?password_file=" + f); err != nil || u != "alice" || p != secret {
 		t.Fatalf("= %q, %q, %v", u, p, err)
@@ -140,7 +141,7 @@ func TestMisreadUserinfo(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := driver.MisreadUserinfo(u); got != want {
+		if got := urlparam.MisreadUserinfo(u); got != want {
 			t.Errorf("MisreadUserinfo(%q) = %v, want %v", raw, got, want)
 		}
 	}

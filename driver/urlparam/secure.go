@@ -1,9 +1,10 @@
-package driver
+package urlparam
 
 import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"github.com/distlock/distlock/driver"
 	"net/url"
 	"os"
 	"strings"
@@ -58,7 +59,7 @@ func ReadTLS(q *Query, on bool, base *tls.Config) TLSParams {
 
 // Config returns the *tls.Config the parameters describe, or nil when TLS
 // was not asked for. host is the host dialled (the default server name).
-// A file that cannot be read or parsed is ErrInvalidURL, naming the file
+// A file that cannot be read or parsed is driver.ErrInvalidURL, naming the file
 // but never its contents.
 func (p TLSParams) Config(host string) (*tls.Config, error) {
 	if !p.On {
@@ -82,11 +83,11 @@ func (p TLSParams) Config(host string) (*tls.Config, error) {
 	if p.CAFile != "" {
 		pem, err := os.ReadFile(p.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: ca_file: %w", ErrInvalidURL, err)
+			return nil, fmt.Errorf("%w: ca_file: %w", driver.ErrInvalidURL, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: ca_file %s holds no PEM certificate", ErrInvalidURL, p.CAFile)
+			return nil, fmt.Errorf("%w: ca_file %s holds no PEM certificate", driver.ErrInvalidURL, p.CAFile)
 		}
 		cfg.RootCAs = pool
 	}
@@ -94,18 +95,18 @@ func (p TLSParams) Config(host string) (*tls.Config, error) {
 	case p.CertFile != "" && p.KeyFile != "":
 		c, err := tls.LoadX509KeyPair(p.CertFile, p.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: cert_file %s / key_file %s: %w", ErrInvalidURL, p.CertFile, p.KeyFile, err)
+			return nil, fmt.Errorf("%w: cert_file %s / key_file %s: %w", driver.ErrInvalidURL, p.CertFile, p.KeyFile, err)
 		}
 		cfg.Certificates = []tls.Certificate{c}
 	case p.CertFile != "" || p.KeyFile != "":
-		return nil, fmt.Errorf("%w: cert_file and key_file go together", ErrInvalidURL)
+		return nil, fmt.Errorf("%w: cert_file and key_file go together", driver.ErrInvalidURL)
 	}
 	return cfg, nil
 }
 
 // Credentials returns the user and password of u, the password read from
 // the password_file parameter when there is one (a URL password and a
-// password_file together are ErrInvalidURL). A file's trailing newline is
+// password_file together are driver.ErrInvalidURL). A file's trailing newline is
 // dropped.
 func Credentials(q *Query, u *url.URL) (user, password string, err error) {
 	if u.User != nil {
@@ -117,11 +118,11 @@ func Credentials(q *Query, u *url.URL) (user, password string, err error) {
 		return user, password, nil
 	}
 	if password != "" {
-		return "", "", fmt.Errorf("%w: a password in the URL and a password_file", ErrInvalidURL)
+		return "", "", fmt.Errorf("%w: a password in the URL and a password_file", driver.ErrInvalidURL)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", "", fmt.Errorf("%w: password_file: %w", ErrInvalidURL, err)
+		return "", "", fmt.Errorf("%w: password_file: %w", driver.ErrInvalidURL, err)
 	}
 	return user, strings.TrimRight(string(b), "\r\n"), nil
 }
