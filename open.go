@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/driver/urlparam"
 )
 
 // Schemes lists the URL schemes of the backends linked into the program,
@@ -63,10 +64,10 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Locker, error) {
 // quote the URL's password.
 func parseURL(rawURL string) (*url.URL, error) {
 	u, err := url.Parse(rawURL)
-	if (err != nil && driver.HasUserinfo(rawURL)) || (err == nil && driver.MisreadUserinfo(u)) {
+	if (err != nil && urlparam.HasUserinfo(rawURL)) || (err == nil && urlparam.MisreadUserinfo(u)) {
 		// url.Parse's message may quote a piece of the password.
 		return nil, fmt.Errorf("%w: %q: malformed user information: percent-encode '/', '?', '#' and '@' in a user or password (url.UserPassword does)",
-			ErrInvalidURL, driver.Redact(rawURL))
+			ErrInvalidURL, urlparam.Redact(rawURL))
 	}
 	if err != nil {
 		// url.Error quotes the whole URL.
@@ -74,10 +75,10 @@ func parseURL(rawURL string) (*url.URL, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, fmt.Errorf("%w: %q: %v", ErrInvalidURL, driver.Redact(rawURL), err)
+		return nil, fmt.Errorf("%w: %q: %v", ErrInvalidURL, urlparam.Redact(rawURL), err)
 	}
 	if u.Scheme == "" {
-		return nil, fmt.Errorf("%w: %q has no scheme (known: %s)", ErrInvalidURL, driver.Redact(rawURL), strings.Join(Schemes(), ", "))
+		return nil, fmt.Errorf("%w: %q has no scheme (known: %s)", ErrInvalidURL, urlparam.Redact(rawURL), strings.Join(Schemes(), ", "))
 	}
 	return u, nil
 }
@@ -85,7 +86,7 @@ func parseURL(rawURL string) (*url.URL, error) {
 // commonOptions takes the parameters every backend understands out of u's
 // query, leaving the backend's own.
 func commonOptions(u *url.URL) ([]Option, error) {
-	q := driver.NewQuery(u)
+	q := urlparam.NewQuery(u)
 	var opts []Option
 	if d, ok := q.Duration("ttl"); ok {
 		opts = append(opts, WithTTL(d))

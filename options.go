@@ -54,12 +54,12 @@ func (ttlOpt) refreshOption() {}
 
 // Defaults used when no option says otherwise.
 const (
-	DefaultTTL            = driver.DefaultTTL
-	DefaultDriftFactor    = driver.DefaultDriftFactor
-	DefaultDriftMin       = driver.DefaultDriftMin
-	DefaultBackoffMin     = driver.DefaultBackoffMin
-	DefaultBackoffMax     = driver.DefaultBackoffMax
-	DefaultReleaseTimeout = driver.DefaultReleaseTimeout
+	DefaultTTL            = 30 * time.Second
+	DefaultDriftFactor    = 0.01
+	DefaultDriftMin       = 2 * time.Millisecond
+	DefaultBackoffMin     = 5 * time.Millisecond
+	DefaultBackoffMax     = 500 * time.Millisecond
+	DefaultReleaseTimeout = 5 * time.Second
 
 	// MaxKeyLen is the longest key accepted, in bytes.
 	MaxKeyLen = 512
@@ -67,7 +67,17 @@ const (
 	MaxTTL = 24 * time.Hour
 )
 
-func defaultSettings() driver.Settings { return driver.Defaults() }
+// defaultSettings returns the settings before any option.
+func defaultSettings() driver.Settings {
+	return driver.Settings{
+		TTL:            DefaultTTL,
+		DriftFactor:    DefaultDriftFactor,
+		DriftMin:       DefaultDriftMin,
+		BackoffMin:     DefaultBackoffMin,
+		BackoffMax:     DefaultBackoffMax,
+		ReleaseTimeout: DefaultReleaseTimeout,
+	}
+}
 
 func renewEvery(o *driver.Settings, ttl time.Duration) time.Duration {
 	if o.RenewInterval > 0 && o.RenewInterval < ttl {
@@ -140,8 +150,8 @@ func WithBackoff(min, max time.Duration) CallOption {
 // holder's value: a host name, an address, a version. At most MaxValueLen
 // bytes; default "" (none).
 func WithValue(v string) CallOption {
-	if len(v) > driver.MaxValueLen {
-		return callOpt{driver.InvalidOption("value of %d bytes: the limit is %d", len(v), driver.MaxValueLen)}
+	if len(v) > MaxValueLen {
+		return callOpt{driver.InvalidOption("value of %d bytes: the limit is %d", len(v), MaxValueLen)}
 	}
 	return newCallOption("WithValue", func(o *driver.Settings) { o.Value = v })
 }
@@ -196,16 +206,32 @@ func WithObserver(ob Observer) Option {
 	if ob == nil {
 		return driver.InvalidOption("nil observer")
 	}
-	return lockerOption("WithObserver", func(o *driver.Settings) {
-		switch prev := o.Observer.(type) {
-		case nil:
-			o.Observer = ob
-		case observers:
-			o.Observer = append(prev[:len(prev):len(prev)], ob)
-		default:
-			o.Observer = observers{prev, ob}
+	return observerOpt{driver.NewOption("WithObserver", driver.ScopeLocker, func(*driver.Settings) {}), ob}
+}
+
+// observerOpt is WithObserver's type: New collects the observers (observersOf).
+type observerOpt struct {
+	o  driver.Option
+	ob Observer
+}
+
+func (o observerOpt) DriverOption() driver.Option { return o.o }
+
+// observersOf returns the observers opts give, in order, or nil.
+func observersOf(opts []Option) Observer {
+	var obs observers
+	for _, o := range opts {
+		if oo, ok := o.(observerOpt); ok {
+			obs = append(obs, oo.ob)
 		}
-	})
+	}
+	switch len(obs) {
+	case 0:
+		return nil
+	case 1:
+		return obs[0]
+	}
+	return obs
 }
 
 // observers sends each event to every one of them, in order.

@@ -30,16 +30,17 @@ func New(b driver.Backend, opts ...Option) (Locker, error) {
 	}
 	life, stop := context.WithCancelCause(context.Background())
 	g := b.Guarantees()
-	return &locker{b: b, opts: o, name: g.Backend, mode: g.Wait, life: life, stop: stop,
+	return &locker{b: b, opts: o, observer: observersOf(opts), name: g.Backend, mode: g.Wait, life: life, stop: stop,
 		leases: make(map[*Lease]struct{})}, nil
 }
 
 // locker is the portable layer: everything a backend would otherwise repeat.
 type locker struct {
-	b    driver.Backend
-	opts driver.Settings
-	mode driver.WaitMode // Guarantees().Wait: which capability waits
-	name string
+	b        driver.Backend
+	opts     driver.Settings
+	observer Observer        // WithObserver's, nil without one
+	mode     driver.WaitMode // Guarantees().Wait: which capability waits
+	name     string
 
 	// life is cancelled by Close; every backend call and background loop
 	// is bound to it so that Close can interrupt them.
@@ -434,9 +435,9 @@ func (l *locker) Close() error {
 }
 
 func (l *locker) observe(ctx context.Context, e Event) {
-	if l.opts.Observer != nil {
+	if l.observer != nil {
 		e.Backend = l.name
-		l.opts.Observer.Observe(ctx, e)
+		l.observer.Observe(ctx, e)
 	}
 }
 

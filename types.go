@@ -1,6 +1,11 @@
 package distlock
 
-import "github.com/distlock/distlock/driver"
+import (
+	"context"
+	"time"
+
+	"github.com/distlock/distlock/driver"
+)
 
 // Token is a fencing token: it strictly increases, per key, across the
 // successive holders of a lock. Pass it to the resource you protect and have
@@ -30,23 +35,32 @@ type HeldError = driver.HeldError
 
 // Observer receives lock events, for metrics and tracing (see package otel).
 // Observe must be quick and must not call back into the Locker.
-type Observer = driver.Observer
+type Observer interface {
+	Observe(ctx context.Context, e Event)
+}
 
 // Event is one thing that happened to a lock.
-type Event = driver.Event
+type Event struct {
+	Kind     EventKind
+	Backend  string // the backend's name, Guarantees().Backend
+	Key      string
+	Token    Token
+	Duration time.Duration
+	Err      error
+}
 
 // EventKind names a lock event.
-type EventKind = driver.EventKind
+type EventKind string
 
 // Event kinds.
 const (
-	EventAcquired      = driver.EventAcquired      // Duration: time spent acquiring, waits included
-	EventAcquireFailed = driver.EventAcquireFailed // Err says why (not acquired, ctx, server)
-	EventContended     = driver.EventContended     // an attempt found the key held
-	EventRefreshed     = driver.EventRefreshed     // Duration: the refresh's round trip
-	EventRefreshFailed = driver.EventRefreshFailed // Err says why; the lease may still be valid
-	EventReleased      = driver.EventReleased      // Duration: how long the lease was held
-	EventLost          = driver.EventLost          // Duration: how long it was held; Err says why
+	EventAcquired      EventKind = "acquired"       // Duration: time spent acquiring, waits included
+	EventAcquireFailed EventKind = "acquire_failed" // Err says why (not acquired, ctx, server)
+	EventContended     EventKind = "contended"      // an attempt found the key held
+	EventRefreshed     EventKind = "refreshed"      // Duration: the refresh's round trip
+	EventRefreshFailed EventKind = "refresh_failed" // Err says why; the lease may still be valid
+	EventReleased      EventKind = "released"       // Duration: how long the lease was held
+	EventLost          EventKind = "lost"           // Duration: how long it was held; Err says why
 )
 
 // Holder is what Locker.Inspect and Locker.Watch report of a key's lock: held
@@ -54,5 +68,7 @@ const (
 // them, and the number of queued waiters where the backend keeps a queue.
 type Holder = driver.Holder
 
-// MaxValueLen is the largest value WithValue takes, in bytes.
-const MaxValueLen = driver.MaxValueLen
+// MaxValueLen is the largest holder value (WithValue) a lock may carry, in
+// bytes: enough for a host name, an address and a version, small enough to
+// store with the lock on every backend.
+const MaxValueLen = 1024

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/distlock/distlock"
-	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/driver/urlparam"
 )
 
 // A bare IPv6 literal takes the default port: want [::1]:2379.
@@ -16,7 +16,7 @@ func TestHostsIPv6DefaultPort(t *testing.T) {
 	if perr != nil {
 		t.Fatal(perr)
 	}
-	hs, err := driver.Hosts(u, "2379")
+	hs, err := urlparam.Hosts(u, "2379")
 	if err != nil || hs[0] != "[::1]:2379" {
 		t.Errorf("Hosts(%q) = %q, %v; want [::1]:2379 first", u, hs, err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/driver/urlparam"
 	"github.com/distlock/distlock/internal/mutation"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -50,7 +51,7 @@ var reconnect = grpc.ConnectParams{
 }
 
 // open serves etcd[s]://[user:password@]host:port[,host:port…]/?prefix=…&dial_timeout=…&loss_watch=…
-// and the TLS and credential parameters of package driver (tls, ca_file,
+// and the TLS and credential parameters of package driver/urlparam (tls, ca_file,
 // cert_file, key_file, server_name, skip_verify, password_file). The client
 // it makes belongs to the Locker and is closed by its Close.
 func open(ctx context.Context, u *url.URL, opts []driver.Option) (driver.Backend, error) {
@@ -98,7 +99,7 @@ type dialConfig struct {
 
 // readURL reads u, before anything is dialled.
 func readURL(u *url.URL, opts []driver.Option) (dialConfig, error) {
-	q := driver.NewQuery(u)
+	q := urlparam.NewQuery(u)
 	var own []driver.Option
 	if p, ok := q.String("prefix"); ok {
 		own = append(own, WithPrefix(p).DriverOption())
@@ -111,8 +112,8 @@ func readURL(u *url.URL, opts []driver.Option) (dialConfig, error) {
 	if err != nil {
 		return dc, err
 	}
-	tp := driver.ReadTLS(q, u.Scheme == "etcds", s.TLS)
-	if dc.user, dc.password, err = driver.Credentials(q, u); err != nil {
+	tp := urlparam.ReadTLS(q, u.Scheme == "etcds", s.TLS)
+	if dc.user, dc.password, err = urlparam.Credentials(q, u); err != nil {
 		return dc, err
 	}
 	if err := q.Done(); err != nil {
@@ -126,7 +127,7 @@ func readURL(u *url.URL, opts []driver.Option) (dialConfig, error) {
 		return dc, fmt.Errorf("%w: etcd: a user needs a password (user:password@ or password_file=) and a password a user; "+
 			"with a client certificate and no user, etcd takes the certificate's CN as the user", distlock.ErrInvalidURL)
 	}
-	if dc.endpoints, err = driver.Hosts(u, "2379"); err != nil {
+	if dc.endpoints, err = urlparam.Hosts(u, "2379"); err != nil {
 		return dc, err
 	}
 	// No server name unless one is given: the client verifies each

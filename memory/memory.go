@@ -8,11 +8,12 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/driver/urlparam"
 )
 
 func init() {
 	driver.Register("mem", func(ctx context.Context, u *url.URL, opts []driver.Option) (driver.Backend, error) {
-		if err := driver.NewQuery(u).Done(); err != nil {
+		if err := urlparam.NewQuery(u).Done(); err != nil {
 			return nil, err
 		}
 		o, err := driver.ResolveBackend("memory", opts)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/driver/urlparam"
 	"github.com/distlock/distlock/internal/redisnode"
 )
 
@@ -27,7 +28,7 @@ import (
 //	master_name=mymaster  Sentinel: the host (and addr=host:port, repeated)
 //	                      are Sentinels (go-redis's ParseFailoverURL)
 //
-// the TLS and credential parameters of package driver (tls, ca_file,
+// the TLS and credential parameters of package driver/urlparam (tls, ca_file,
 // cert_file, key_file, server_name, skip_verify, password_file), and every
 // other go-redis ParseURL parameter (db in the path, dial_timeout, …);
 // anything else is an error. A URL without a host is ErrInvalidURL. The
@@ -44,7 +45,7 @@ func open(ctx context.Context, u *url.URL, opts []driver.Option) (driver.Backend
 			return nil, fmt.Errorf("%w: bad port %q", distlock.ErrInvalidURL, p)
 		}
 	}
-	q := driver.NewQuery(u)
+	q := urlparam.NewQuery(u)
 	bopts, err := urlOptions(q)
 	if err != nil {
 		return nil, err
@@ -78,7 +79,7 @@ func open(ctx context.Context, u *url.URL, opts []driver.Option) (driver.Backend
 }
 
 // urlOptions reads the backend's own parameters of q.
-func urlOptions(q *driver.Query) ([]driver.Option, error) {
+func urlOptions(q *urlparam.Query) ([]driver.Option, error) {
 	var bopts []driver.Option
 	if p, ok := q.String("prefix"); ok {
 		bopts = append(bopts, WithKeyPrefix(p).DriverOption())
@@ -114,9 +115,9 @@ func urlOptions(q *driver.Query) ([]driver.Option, error) {
 // urlClient makes the client u describes, with TLS (base is
 // WithTLSConfig's) and credentials from the URL, and names its server(s)
 // for errors. It does not connect.
-func urlClient(u *url.URL, q *driver.Query, base *tls.Config) (*goredis.Client, string, error) {
-	tp := driver.ReadTLS(q, u.Scheme == "rediss", base)
-	user, pass, err := driver.Credentials(q, u)
+func urlClient(u *url.URL, q *urlparam.Query, base *tls.Config) (*goredis.Client, string, error) {
+	tp := urlparam.ReadTLS(q, u.Scheme == "rediss", base)
+	user, pass, err := urlparam.Credentials(q, u)
 	if err != nil {
 		return nil, "", err
 	}

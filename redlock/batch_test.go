@@ -106,7 +106,7 @@ func TestRenewalBatchDoesNotWaitForAPausedNode(t *testing.T) {
 		t.Fatal("the redlock backend is not a driver.BatchRefresher")
 	}
 	const ttl = 10 * time.Second
-	drift := driver.Drift{Factor: driver.DefaultDriftFactor, Min: driver.DefaultDriftMin}
+	drift := driver.Drift{Factor: distlock.DefaultDriftFactor, Min: distlock.DefaultDriftMin}
 	var batch []driver.Refresh
 	for i := range 4 {
 		req := driver.Request{Key: fmt.Sprint("paused-", i), TTL: ttl, Owner: fmt.Sprint("owner-", i), Drift: drift}

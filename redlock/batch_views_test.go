@@ -44,7 +44,7 @@ func batchSetup(t *testing.T, srvs []*testserver.Server, nt time.Duration) (driv
 
 func batchAcquire(t *testing.T, b driver.Backend, name, class string, j int, ttl time.Duration) *batchLease {
 	t.Helper()
-	drift := driver.Drift{Factor: driver.DefaultDriftFactor, Min: driver.DefaultDriftMin}
+	drift := driver.Drift{Factor: distlock.DefaultDriftFactor, Min: distlock.DefaultDriftMin}
 	req := driver.Request{Key: fmt.Sprintf("%s-%d-%s", name, j, class), TTL: ttl, Owner: fmt.Sprint("owner-", name, j),
 		Drift: drift, Value: fmt.Sprint("val-", name, j)}
 	g, err := b.TryLock(t.Context(), req)

@@ -125,7 +125,7 @@ func resolveHosts(ctx context.Context, eps []endpoint) map[string][]string {
 	return out
 }
 
-// distinctHosts refuses a URL's host list (host:port each, see driver.Hosts)
+// distinctHosts refuses a URL's host list (host:port each, see urlparam.Hosts)
 // that names one server twice, resolving names within ctx.
 func distinctHosts(ctx context.Context, hosts []string) error {
 	eps := make([]endpoint, len(hosts))

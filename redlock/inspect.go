@@ -17,7 +17,7 @@ import (
 // inspectDrift is the clock-drift allowance taken off the TTL Inspect
 // reports: the Locker's own WithDrift does not reach the backend, so the
 // default rule, applied to the time the lock has left.
-var inspectDrift = driver.Drift{Factor: driver.DefaultDriftFactor, Min: driver.DefaultDriftMin}
+var inspectDrift = driver.Drift{Factor: distlock.DefaultDriftFactor, Min: distlock.DefaultDriftMin}
 
 // Inspect implements driver.Inspector: it reads every node at once (one
 // read-only script each, bounded by the node timeout) and reports a holder

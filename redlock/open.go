@@ -15,6 +15,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/driver/urlparam"
 	"github.com/distlock/distlock/internal/redisnode"
 )
 
@@ -24,7 +25,7 @@ import (
 //
 // Parameters: prefix (WithKeyPrefix), node_timeout (WithNodeTimeout),
 // dial_timeout (go-redis's, default 1s), and the TLS and credential
-// parameters of package driver (tls=true, ca_file, cert_file, key_file,
+// parameters of package driver/urlparam (tls=true, ca_file, cert_file, key_file,
 // server_name, skip_verify, password_file); the user, password, TLS
 // settings and db apply to every node, each node's certificate checked for
 // its own host unless server_name is given. Anything else is an error, and
@@ -35,7 +36,7 @@ import (
 // password, a rejected certificate) leave no majority, ErrUnavailable
 // otherwise.
 func open(ctx context.Context, u *url.URL, opts []driver.Option) (driver.Backend, error) {
-	q := driver.NewQuery(u)
+	q := urlparam.NewQuery(u)
 	var bopts []driver.Option
 	if p, ok := q.String("prefix"); ok {
 		bopts = append(bopts, WithKeyPrefix(p).DriverOption())
@@ -49,15 +50,15 @@ func open(ctx context.Context, u *url.URL, opts []driver.Option) (driver.Backend
 	if err != nil {
 		return nil, err // before dialling
 	}
-	tp := driver.ReadTLS(q, false, o.TLS)
-	user, pass, err := driver.Credentials(q, u)
+	tp := urlparam.ReadTLS(q, false, o.TLS)
+	user, pass, err := urlparam.Credentials(q, u)
 	if err != nil {
 		return nil, err
 	}
 	if err := q.Done(); err != nil {
 		return nil, err
 	}
-	nodes, err := driver.Hosts(u, "")
+	nodes, err := urlparam.Hosts(u, "")
 	if err != nil {
 		return nil, err
 	}

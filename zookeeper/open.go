@@ -12,6 +12,7 @@ import (
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/driver/urlparam"
 )
 
 func init() {
@@ -24,9 +25,9 @@ func init() {
 //
 // with digest auth from the userinfo (or password_file=), TLS from tls,
 // ca_file, cert_file, key_file, server_name and skip_verify (see package
-// driver), and allow_open_acl=true for WithAllowOpenACL.
+// driver/urlparam), and allow_open_acl=true for WithAllowOpenACL.
 func openURL(ctx context.Context, u *url.URL, opts []driver.Option) (driver.Backend, error) {
-	q := driver.NewQuery(u)
+	q := urlparam.NewQuery(u)
 	var urlOpts []driver.Option
 	if d, ok := q.Duration("session_timeout"); ok {
 		urlOpts = append(urlOpts, WithSessionTimeout(d).DriverOption())
@@ -44,7 +45,7 @@ func openURL(ctx context.Context, u *url.URL, opts []driver.Option) (driver.Back
 	if err := q.Done(); err != nil {
 		return nil, err
 	}
-	servers, err := driver.Hosts(u, "2181")
+	servers, err := urlparam.Hosts(u, "2181")
 	if err != nil {
 		return nil, err
 	}
@@ -62,9 +63,9 @@ func openURL(ctx context.Context, u *url.URL, opts []driver.Option) (driver.Back
 // urlSecurity reads the URL's credentials (digest auth) and TLS
 // parameters into options. Its errors name files and parameters, never a
 // password.
-func urlSecurity(q *driver.Query, u *url.URL, opts []driver.Option) ([]driver.Option, error) {
+func urlSecurity(q *urlparam.Query, u *url.URL, opts []driver.Option) ([]driver.Option, error) {
 	var out []driver.Option
-	user, password, err := driver.Credentials(q, u)
+	user, password, err := urlparam.Credentials(q, u)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +85,7 @@ func urlSecurity(q *driver.Query, u *url.URL, opts []driver.Option) ([]driver.Op
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := driver.ReadTLS(q, false, o.TLS).Config("") // "": each server's own host name
+	cfg, err := urlparam.ReadTLS(q, false, o.TLS).Config("") // "": each server's own host name
 	if err != nil {
 		return nil, err
 	}

@@ -23,8 +23,8 @@ func New(conn *zk.Conn, opts ...distlock.Option) (distlock.Locker, error) {
 	lockerOpts, backendOpts := driver.SplitOptions(opts)
 	// Close gives back the creates still in flight within the Locker's
 	// release timeout; distlock.New reports a bad one.
-	release := driver.DefaultReleaseTimeout
-	if s, err := driver.ResolveLocker(driver.Defaults(), "zookeeper", driver.Options(lockerOpts)); err == nil {
+	release := distlock.DefaultReleaseTimeout
+	if s, err := driver.ResolveLocker(driver.Settings{ReleaseTimeout: release}, "zookeeper", driver.Options(lockerOpts)); err == nil {
 		release = s.ReleaseTimeout
 	}
 	b, err := newOnConn(conn, backendOpts, release)
@@ -37,9 +37,9 @@ func New(conn *zk.Conn, opts ...distlock.Option) (distlock.Locker, error) {
 // NewBackend is New's raw Backend, for wrapping (tests, middleware). It
 // takes zookeeper's own options and WithLogger; the portable ones go to
 // distlock.New. Its Close gives back the creates still in flight within
-// driver.DefaultReleaseTimeout.
+// distlock.DefaultReleaseTimeout.
 func NewBackend(conn *zk.Conn, opts ...distlock.Option) (driver.Backend, error) {
-	b, err := newOnConn(conn, driver.Options(opts), driver.DefaultReleaseTimeout)
+	b, err := newOnConn(conn, driver.Options(opts), distlock.DefaultReleaseTimeout)
 	if err != nil {
 		return nil, err
 	}

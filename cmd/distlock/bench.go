@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock"
-	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/driver/urlparam"
 )
 
 func cmdBench(ctx context.Context, args []string, s stdio) int {
@@ -212,4 +212,4 @@ func randHex(n int) string {
 }
 
 // redact hides a password in a URL for reports.
-func redact(raw string) string { return driver.Redact(raw) }
+func redact(raw string) string { return urlparam.Redact(raw) }

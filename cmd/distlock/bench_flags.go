@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock/cmd/internal/faults/matrixfile"
-	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/driver/urlparam"
 )
 
 const benchHelp = `
@@ -167,11 +167,11 @@ func benchFlags(name, help string, s stdio) (*benchConfig, func([]string) (int, 
 // checkURL rejects URLs no registered backend can open, before any work.
 func checkURL(raw string) error {
 	u, err := url.Parse(raw)
-	if err != nil || driver.MisreadUserinfo(u) {
-		return fmt.Errorf("--url %q: malformed (percent-encode '/', '?', '#' and '@' in a password)", driver.Redact(raw))
+	if err != nil || urlparam.MisreadUserinfo(u) {
+		return fmt.Errorf("--url %q: malformed (percent-encode '/', '?', '#' and '@' in a password)", urlparam.Redact(raw))
 	}
 	if !registered(u.Scheme) {
-		return fmt.Errorf("--url %q: unknown scheme %q (registered: %s)", driver.Redact(raw), u.Scheme, strings.Join(schemes(), ", "))
+		return fmt.Errorf("--url %q: unknown scheme %q (registered: %s)", urlparam.Redact(raw), u.Scheme, strings.Join(schemes(), ", "))
 	}
 	return nil
 }

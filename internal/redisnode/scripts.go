@@ -12,7 +12,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/distlock"
-	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/mutation"
 )
 
@@ -144,7 +143,7 @@ func acquireWords(k Keys, gone, owner string, ms, tomb int64, value string) []an
 // outlives the decision by this much (a release's tombstone, a refused
 // attempt) or outlives the lock (a refresh sequence). A copy sent before
 // the decision and later than that may still land.
-const MaxLate = driver.DefaultReleaseTimeout
+const MaxLate = distlock.DefaultReleaseTimeout
 
 // GiveBackTombstone is how long the give-back of an attempt whose outcome is
 // unknown (no answer came) remembers it: the attempt may be queued at a
