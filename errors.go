@@ -3,6 +3,7 @@ package distlock
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/distlock/distlock/driver"
 )
@@ -13,11 +14,11 @@ var (
 	// ErrNotAcquired: the key is held by someone else (TryAcquire), or a
 	// wait ended before the lock was taken (Acquire; then the error also
 	// matches ctx.Err()).
-	ErrNotAcquired = driver.ErrNotAcquired
+	ErrNotAcquired = errors.New("distlock: lock not acquired")
 
 	// ErrNotHeld: Refresh or Release on a lease that no longer owns its
 	// key — released already, expired, or taken over by another holder.
-	ErrNotHeld = driver.ErrNotHeld
+	ErrNotHeld = errors.New("distlock: lock not held")
 
 	// ErrLeaseLost: the lease ended without a Release: its validity ran out
 	// without a successful refresh, the server said the key is no longer
@@ -51,20 +52,45 @@ var (
 
 	// ErrInvalidKey: the key is empty, too long, not UTF-8, or holds
 	// control characters.
-	ErrInvalidKey = driver.ErrInvalidKey
+	ErrInvalidKey error = &invalidError{"invalid key"}
 
 	// ErrInvalidTTL: the TTL is zero, negative or too long.
-	ErrInvalidTTL = driver.ErrInvalidTTL
+	ErrInvalidTTL error = &invalidError{"invalid TTL"}
 
 	// ErrInvalidOption: an option has a value that cannot work, or was
-	// passed where it does not apply (another backend's option, a
-	// Locker-wide option to a single call).
+	// passed where it does not apply and the compiler could not tell
+	// (another backend's option, a backend's option to New).
 	ErrInvalidOption = driver.ErrInvalidOption
 
 	// ErrInvalidURL: Open was given a URL it cannot parse, without a host
 	// or with a bad port, or whose scheme no backend registered.
 	ErrInvalidURL = driver.ErrInvalidURL
 )
+
+// invalidError is a sentinel that also matches ErrInvalid.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return "distlock: " + e.msg }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
+
+// HeldError is returned (wrapped) by a failed attempt on a key someone else
+// holds. It matches ErrNotAcquired. RetryAfter, when positive, is how long the
+// current holder's lock has left, as the server reported it.
+type HeldError struct {
+	Key        string
+	RetryAfter time.Duration
+}
+
+// Error says the key is held and, when known, for how long yet.
+func (e *HeldError) Error() string {
+	if e.RetryAfter > 0 {
+		return fmt.Sprintf("distlock: key %q is held (expires in %v)", e.Key, e.RetryAfter)
+	}
+	return fmt.Sprintf("distlock: key %q is held", e.Key)
+}
+
+// Is makes a HeldError match ErrNotAcquired.
+func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
 
 // waitEnded is the error of an Acquire cut short by its context: it matches
 // both ErrNotAcquired and the context's error.

@@ -28,11 +28,6 @@ const (
 	WaitQueue  = driver.WaitQueue  // a server-side queue; the server wakes the next waiter
 )
 
-// HeldError is returned (wrapped) by a failed attempt on a key someone else
-// holds. It matches ErrNotAcquired. RetryAfter, when positive, is how long the
-// current holder's lock has left, as the server reported it.
-type HeldError = driver.HeldError
-
 // Observer receives lock events, for metrics and tracing (see package otel).
 // Observe must be quick and must not call back into the Locker.
 type Observer interface {

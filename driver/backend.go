@@ -14,12 +14,12 @@ import (
 // backends, when the session ends), so a crashed or stalled holder cannot
 // block a key for longer.
 //
-// Errors: TryLock and Lock return an error matching ErrNotAcquired (ideally
-// a *HeldError carrying the holder's remaining time) when the key is held;
-// Refresh and Unlock return one matching ErrNotHeld when the key is no
-// longer the grant's. Any other error is a failure to reach or use the
-// server; one that means the server could not be reached at all should
-// match ErrUnavailable.
+// Errors: TryLock and Lock return an error matching distlock.ErrNotAcquired
+// (ideally a *distlock.HeldError carrying the holder's remaining time) when
+// the key is held; Refresh and Unlock return one matching
+// distlock.ErrNotHeld when the key is no longer the grant's. Any other
+// error is a failure to reach or use the server; one that means the server
+// could not be reached at all should match ErrUnavailable.
 type Backend interface {
 	// TryLock takes req.Key for req.TTL if nobody holds it, storing
 	// req.Owner as proof of ownership, and returns the Grant with a fencing
@@ -55,7 +55,7 @@ type Backend interface {
 	// connection): it must then free whatever that attempt may have taken,
 	// owner-checked, and return nil once the attempt can hold nothing any
 	// more (freed, or refused if it lands later, as Redis's tombstones do),
-	// or ErrNotHeld if it found nothing but the attempt may still land (or
+	// or distlock.ErrNotHeld if it found nothing but the attempt may still land (or
 	// if the backend cleans such attempts up itself). The portable layer
 	// repeats the call on ErrNotHeld, with back-off, within the release
 	// timeout, for at most 64 attempts of a Locker at once: a give-back

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 )
 
 // Token is a fencing token: it strictly increases, per key, across the
@@ -14,15 +13,9 @@ type Token int64
 // String returns the token in decimal.
 func (t Token) String() string { return strconv.FormatInt(int64(t), 10) }
 
-// Sentinel errors shared by the portable layer and the backends (package
-// distlock re-exports them). Check them with errors.Is.
+// Sentinel errors that this package's helpers make (package distlock
+// re-exports them, beside its own). Check them with errors.Is.
 var (
-	// ErrNotAcquired: the key is held by someone else, or a wait ended
-	// before the lock was taken.
-	ErrNotAcquired = errors.New("distlock: lock not acquired")
-	// ErrNotHeld: the lock is no longer the grant's (released, expired, or
-	// taken over by another holder).
-	ErrNotHeld = errors.New("distlock: lock not held")
 	// ErrUnavailable: the lock service could not be reached (refused,
 	// unresolvable, timed out while connecting). The message names the
 	// address.
@@ -32,13 +25,9 @@ var (
 	// permission (ACL, role) the operation needs and the client lacks. It
 	// is an answer, not an outage: never retried, and never ErrUnavailable.
 	ErrAccessDenied = errors.New("distlock: access denied")
-	// ErrInvalid matches every invalid-input error below.
+	// ErrInvalid matches every invalid-input error (distlock's
+	// ErrInvalidKey and ErrInvalidTTL too).
 	ErrInvalid = errors.New("distlock: invalid argument")
-	// ErrInvalidKey: the key is empty, too long, not UTF-8, or holds
-	// control characters.
-	ErrInvalidKey error = &invalidError{"invalid key"}
-	// ErrInvalidTTL: the TTL is zero, negative or too long.
-	ErrInvalidTTL error = &invalidError{"invalid TTL"}
 	// ErrInvalidOption: an option has a value that cannot work, or was
 	// passed where it does not apply and the compiler could not tell (a
 	// backend's option to another backend or to distlock.New).
@@ -53,25 +42,6 @@ type invalidError struct{ msg string }
 
 func (e *invalidError) Error() string        { return "distlock: " + e.msg }
 func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
-
-// HeldError is returned (wrapped) by a failed attempt on a key someone else
-// holds. It matches ErrNotAcquired. RetryAfter, when positive, is how long the
-// current holder's lock has left, as the server reported it.
-type HeldError struct {
-	Key        string
-	RetryAfter time.Duration
-}
-
-// Error says the key is held and, when known, for how long yet.
-func (e *HeldError) Error() string {
-	if e.RetryAfter > 0 {
-		return fmt.Sprintf("distlock: key %q is held (expires in %v)", e.Key, e.RetryAfter)
-	}
-	return fmt.Sprintf("distlock: key %q is held", e.Key)
-}
-
-// Is makes a HeldError match ErrNotAcquired.
-func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
 
 // Unavailable wraps err, the failure to reach addr, so that it matches
 // ErrUnavailable and names the address.
