@@ -20,19 +20,7 @@ import (
 func TestExportedIdentifiersDocumented(t *testing.T) {
 	fset := token.NewFileSet()
 	pkgDoc := map[string]bool{}
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
+	err := walkLibraryFiles(func(path string) error {
 		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
 		if err != nil {
 			return err
@@ -108,19 +96,7 @@ func packageDocs(t *testing.T) map[string]*ast.CommentGroup {
 	t.Helper()
 	fset := token.NewFileSet()
 	docs := map[string]*ast.CommentGroup{}
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
+	err := walkLibraryFiles(func(path string) error {
 		f, err := parser.ParseFile(fset, path, nil, parser.PackageClauseOnly|parser.ParseComments)
 		if err != nil {
 			return err
@@ -212,4 +188,24 @@ func TestDocLinksResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// walkLibraryFiles calls fn with every non-test Go file of the repository
+// (every module's), skipping hidden and testdata directories.
+func walkLibraryFiles(fn func(path string) error) error {
+	return filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		return fn(path)
+	})
 }
