@@ -244,8 +244,10 @@ func (b *backend) await(ctx context.Context, conn *zk.Conn, key string, n *node,
 	children, start, err := look.children, look.listStart, look.childErr
 	for {
 		if err != nil {
-			if errors.Is(err, zk.ErrSessionExpired) {
-				err = fmt.Errorf("%w: %w", errSessionLost, err) // a new session may try again
+			if errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrNoNode) {
+				// Our znode went with its session (and then its directory):
+				// a new attempt may try again.
+				err = fmt.Errorf("%w: %w", errSessionLost, err)
 			}
 			return driver.Grant{}, fmt.Errorf("zookeeper: list %s: %w", n.dir, err)
 		}
