@@ -13,7 +13,8 @@ type prefixKey struct{}
 type lossWatchKey struct{}
 
 // Option is an option of this backend, for its New, NewBackend and Open
-// with a etcd:// URL; it is a distlock.Option, which single calls do not take.
+// with an etcd:// or etcds:// URL; it is a distlock.Option, which single
+// calls do not take.
 type Option struct{ o driver.Option }
 
 // DriverOption returns the setting.

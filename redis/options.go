@@ -53,7 +53,8 @@ type waitSetting struct {
 }
 
 // Option is an option of this backend, for its New, NewBackend and Open
-// with a redis:// or rediss:// URL; it is a distlock.Option, which single calls do not take.
+// with a redis:// or rediss:// URL; it is a distlock.Option, which single
+// calls do not take.
 type Option struct{ o driver.Option }
 
 // DriverOption returns the setting.
