@@ -44,7 +44,7 @@ var (
 	ErrAccessDenied = driver.ErrAccessDenied
 
 	// ErrUnsupported: the backend lacks what the call needs (Inspect or
-	// Watch on a third-party backend without driver.Inspector).
+	// Watch on a third-party backend that implements no Inspect).
 	ErrUnsupported = driver.ErrUnsupported
 
 	// ErrInvalid matches every invalid-input error below.

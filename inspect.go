@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/distlock/distlock/internal/clock"
+
 	"github.com/distlock/distlock/driver"
 )
 
@@ -17,24 +19,22 @@ func (l *locker) Inspect(ctx context.Context, key string) (Holder, error) {
 	if err := ValidateKey(key); err != nil {
 		return Holder{}, err
 	}
-	in, ok := l.b.(driver.Inspector)
-	if !ok {
-		return Holder{}, fmt.Errorf("%w: the %s backend cannot inspect locks", ErrUnsupported, l.name)
-	}
 	if err := l.enter(); err != nil {
 		return Holder{}, err
 	}
 	defer l.wg.Done()
 	bctx, bound := l.bind(ctx)
 	defer bound.end()
-	return l.inspect(ctx, bctx, in, key)
+	return l.inspect(ctx, bctx, key)
 }
 
-func (l *locker) inspect(ctx, bctx context.Context, in driver.Inspector, key string) (Holder, error) {
-	h, err := in.Inspect(bctx, key)
+func (l *locker) inspect(ctx, bctx context.Context, key string) (Holder, error) {
+	h, err := l.b.Inspect(bctx, key)
 	switch {
 	case err == nil:
-		return h, nil
+		return Holder{Held: h.Held, Token: Token(h.Token), Value: h.Value, TTL: h.TTL, Waiters: h.Waiters}, nil
+	case errors.Is(err, ErrUnsupported):
+		return Holder{}, fmt.Errorf("distlock: the %s backend cannot inspect locks: %w", l.name, err)
 	case errors.Is(context.Cause(bctx), ErrClosed):
 		return Holder{}, fmt.Errorf("%w: inspecting %q", ErrClosed, key)
 	case ctx.Err() != nil:
@@ -47,16 +47,12 @@ func (l *locker) Watch(ctx context.Context, key string, opts ...CallOption) (<-c
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
 	}
-	o, err := driver.ResolveCall(l.opts, driver.Options(opts))
+	o, err := driver.Apply(l.opts, driver.Options(opts))
 	if err != nil {
 		return nil, err
 	}
 	if err := ValidateKey(key); err != nil {
 		return nil, err
-	}
-	in, ok := l.b.(driver.Inspector)
-	if !ok {
-		return nil, fmt.Errorf("%w: the %s backend cannot inspect locks", ErrUnsupported, l.name)
 	}
 	if err := l.enter(); err != nil {
 		return nil, err
@@ -67,7 +63,7 @@ func (l *locker) Watch(ctx context.Context, key string, opts ...CallOption) (<-c
 		defer l.wg.Done()
 		defer bound.end()
 		defer close(ch)
-		w := watch{l: l, in: in, key: key, o: &o, out: ch}
+		w := watch{l: l, key: key, o: &o, out: ch}
 		w.run(ctx, bctx)
 	}()
 	return ch, nil
@@ -77,13 +73,12 @@ func (l *locker) Watch(ctx context.Context, key string, opts ...CallOption) (<-c
 // notice or the next poll.
 type watch struct {
 	l   *locker
-	in  driver.Inspector
 	key string
 	o   *driver.Settings
 	out chan<- Holder
 
 	sub    driver.Subscription
-	pushed bool // sub notices every change (driver.Watcher), not only releases
+	pushed bool // sub notices every change (Backend.Watch), not only releases
 
 	reported  bool  // something was sent
 	lastHeld  bool  // the last report was a holder
@@ -109,14 +104,14 @@ func (w *watch) run(ctx, bctx context.Context) {
 		// A bound on each read: a client that waits for a server to come
 		// back (etcd's does) would otherwise hold the loop silently.
 		rctx, cancel := context.WithTimeout(bctx, readBound)
-		h, err := w.l.inspect(ctx, rctx, w.in, w.key)
+		h, err := w.l.inspect(ctx, rctx, w.key)
 		cancel()
 		if bctx.Err() != nil {
 			return
 		}
 		if err != nil {
 			w.l.log(slog.LevelWarn, "watch: inspect failed; retrying", w.key, err)
-			if driver.Sleep(bctx, backoff(w.o, failures)) != nil {
+			if clock.Sleep(bctx, backoff(w.o, failures)) != nil {
 				return
 			}
 			failures++
@@ -172,13 +167,11 @@ func (w *watch) subscribe(ctx context.Context) {
 	if w.sub != nil {
 		return
 	}
-	err := driver.ErrUnsupported
-	if pw, ok := w.l.b.(driver.Watcher); ok {
-		w.sub, err = pw.Watch(ctx, w.key)
-		w.pushed = err == nil
-	}
-	if errors.Is(err, driver.ErrUnsupported) { // a wrapper of a backend without watches
-		if w.l.mode != driver.WaitNotify {
+	var err error
+	w.sub, err = w.l.b.Watch(ctx, w.key)
+	w.pushed = err == nil
+	if errors.Is(err, driver.ErrUnsupported) {
+		if w.l.mode != WaitNotify {
 			return
 		}
 		w.sub, err = w.l.b.Subscribe(ctx, w.key)
@@ -192,7 +185,7 @@ func (w *watch) subscribe(ctx context.Context) {
 // wait sleeps for d or until a notice; false when ctx ended.
 func (w *watch) wait(ctx context.Context, d time.Duration) bool {
 	if w.sub == nil {
-		return driver.Sleep(ctx, d) == nil
+		return clock.Sleep(ctx, d) == nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, d)
 	err := w.sub.Wait(wctx)

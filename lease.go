@@ -53,7 +53,7 @@ func (ls *Lease) Key() string { return ls.grant.Key }
 
 // Token returns the fencing token: larger than that of every earlier holder
 // of this key.
-func (ls *Lease) Token() Token { return ls.grant.Token }
+func (ls *Lease) Token() Token { return Token(ls.grant.Token) }
 
 // unlockGrant is the grant as Unlock gets it: with the lease's current TTL.
 func (ls *Lease) unlockGrant() driver.Grant {
@@ -69,7 +69,7 @@ func (ls *Lease) Value() string { return ls.o.Value }
 // and its holder id, for a guarded write (see package fencing).
 func (ls *Lease) Fence() Fence {
 	ls.holderOnce.Do(func() { ls.holder = holderID(ls.grant.Owner) })
-	return Fence{Epoch: ls.o.FenceEpoch, Token: ls.grant.Token, Holder: ls.holder}
+	return Fence{Epoch: ls.o.FenceEpoch, Token: Token(ls.grant.Token), Holder: ls.holder}
 }
 
 // TTL returns the TTL of the latest successful acquire or refresh.
@@ -118,7 +118,7 @@ func (ls *Lease) Refresh(ctx context.Context, opts ...RefreshOption) error {
 	}
 	base := ls.o
 	base.TTL = ls.TTL()
-	o, err := driver.ResolveCall(base, driver.Options(opts))
+	o, err := driver.Apply(base, driver.Options(opts))
 	if err != nil {
 		return err
 	}

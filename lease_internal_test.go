@@ -12,11 +12,10 @@ import (
 
 // sessionBackend: a lock lives until Unlock (like a ZooKeeper session-bound znode).
 type sessionBackend struct {
-	driver.NoQueue
-	driver.NoNotice
+	driver.Unsupported
 	mu    sync.Mutex
 	owner map[string]string
-	tok   Token
+	tok   int64
 }
 
 func (b *sessionBackend) TryLock(_ context.Context, r driver.Request) (driver.Grant, error) {
@@ -46,8 +45,13 @@ func (b *sessionBackend) Unlock(_ context.Context, g driver.Grant) error {
 	delete(b.owner, g.Key)
 	return nil
 }
-func (b *sessionBackend) Guarantees() Guarantees {
-	return Guarantees{Backend: "session", Wait: WaitPoll, SessionTTL: true}
+func (b *sessionBackend) Inspect(_ context.Context, key string) (driver.Holder, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return driver.Holder{Held: b.owner[key] != "", Waiters: -1}, nil
+}
+func (b *sessionBackend) Guarantees() driver.Guarantees {
+	return driver.Guarantees{Backend: "session", Wait: driver.WaitPoll, SessionTTL: true}
 }
 func (b *sessionBackend) Close() error { return nil }
 

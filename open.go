@@ -47,7 +47,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Locker, error) {
 	}
 	opts = append(urlOpts, opts...)
 	// Bad values fail before any connection is made.
-	if s, err := driver.Check(defaultSettings(), driver.Options(opts)); err != nil {
+	if s, err := driver.Apply(defaultSettings(), driver.Options(opts)); err != nil {
 		return nil, err
 	} else if err := validateTTL(s.TTL); err != nil {
 		return nil, err

@@ -87,18 +87,18 @@ func renewEvery(o *driver.Settings, ttl time.Duration) time.Duration {
 }
 
 func newCallOption(name string, apply func(*driver.Settings)) CallOption {
-	return callOpt{driver.NewOption(name, driver.ScopeCall, apply)}
+	return callOpt{driver.NewOption(name, apply)}
 }
 
 func lockerOption(name string, apply func(*driver.Settings)) Option {
-	return driver.NewOption(name, driver.ScopeLocker, apply)
+	return driver.NewOption(name, apply)
 }
 
 // WithTTL sets how long a lease lasts without a refresh. It must be positive
 // and at most MaxTTL. Default 30s. Backends whose locks live as long as a
 // session (see Guarantees.SessionTTL) use it only for the local deadline.
 func WithTTL(ttl time.Duration) RefreshOption {
-	return ttlOpt{callOpt{driver.NewOption("WithTTL", driver.ScopeCall, func(o *driver.Settings) { o.TTL = ttl })}}
+	return ttlOpt{callOpt{driver.NewOption("WithTTL", func(o *driver.Settings) { o.TTL = ttl })}}
 }
 
 // WithAutoRenew makes leases from Acquire and TryAcquire renew themselves in
@@ -190,14 +190,14 @@ func WithFenceEpoch(epoch int64) Option {
 // The URL's parameters amend a copy of it. Constructors that take a client
 // ignore it: configure the client.
 func WithTLSConfig(cfg *tls.Config) Option {
-	return driver.NewOption("WithTLSConfig", driver.ScopeShared, func(o *driver.Settings) { o.TLS = cfg })
+	return driver.SharedOption("WithTLSConfig", func(o *driver.Settings) { o.TLS = cfg })
 }
 
 // WithLogger sends the Locker's diagnostics (renewal failures, lost leases,
 // failed releases, and the backend's own) to l. By default nothing is
 // logged.
 func WithLogger(l *slog.Logger) Option {
-	return driver.NewOption("WithLogger", driver.ScopeShared, func(o *driver.Settings) { o.Logger = l })
+	return driver.SharedOption("WithLogger", func(o *driver.Settings) { o.Logger = l })
 }
 
 // WithObserver reports lock events to ob, for metrics and tracing. Each
@@ -206,7 +206,7 @@ func WithObserver(ob Observer) Option {
 	if ob == nil {
 		return driver.InvalidOption("nil observer")
 	}
-	return observerOpt{driver.NewOption("WithObserver", driver.ScopeLocker, func(*driver.Settings) {}), ob}
+	return observerOpt{driver.NewOption("WithObserver", func(*driver.Settings) {}), ob}
 }
 
 // observerOpt is WithObserver's type: New collects the observers (observersOf).

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/distlock/distlock/internal/clock"
+
 	"github.com/distlock/distlock/driver"
 )
 
@@ -29,7 +31,7 @@ func New(b driver.Backend, opts ...Option) (Locker, error) {
 		return nil, err
 	}
 	life, stop := context.WithCancelCause(context.Background())
-	g := b.Guarantees()
+	g := guaranteesOf(b)
 	return &locker{b: b, opts: o, observer: observersOf(opts), name: g.Backend, mode: g.Wait, life: life, stop: stop,
 		leases: make(map[*Lease]struct{})}, nil
 }
@@ -38,8 +40,8 @@ func New(b driver.Backend, opts ...Option) (Locker, error) {
 type locker struct {
 	b        driver.Backend
 	opts     driver.Settings
-	observer Observer        // WithObserver's, nil without one
-	mode     driver.WaitMode // Guarantees().Wait: which capability waits
+	observer Observer // WithObserver's, nil without one
+	mode     WaitMode // Guarantees().Wait: which capability waits
 	name     string
 
 	// life is cancelled by Close; every backend call and background loop
@@ -48,6 +50,7 @@ type locker struct {
 	stop context.CancelCauseFunc
 
 	abandoning atomic.Int32 // give-backs of abandoned attempts, and queue leavings, under way
+	noDequeue  atomic.Bool  // the backend's Dequeue said ErrUnsupported
 	renewer    *renewer     // started with the first renewing lease
 
 	mu     sync.Mutex
@@ -57,7 +60,7 @@ type locker struct {
 	wg     sync.WaitGroup              // in-flight calls and lease keepers
 }
 
-func (l *locker) Guarantees() Guarantees { return l.b.Guarantees() }
+func (l *locker) Guarantees() Guarantees { return guaranteesOf(l.b) }
 
 // As reaches the backend's underlying client; see the package-level As.
 func (l *locker) As(target any) bool {
@@ -251,7 +254,7 @@ func (l *locker) acquire(ctx context.Context, key string, opts []CallOption, wai
 	if err != nil {
 		return nil, err
 	}
-	l.observe(ctx, Event{Kind: EventAcquired, Key: key, Token: g.Token, Duration: now().Sub(began)})
+	l.observe(ctx, Event{Kind: EventAcquired, Key: key, Token: Token(g.Token), Duration: now().Sub(began)})
 	return lease, nil
 }
 
@@ -260,7 +263,7 @@ func (l *locker) acquireSettings(ctx context.Context, key string, opts []CallOpt
 	if ctx == nil {
 		return driver.Settings{}, fmt.Errorf("%w: nil context", ErrInvalidOption)
 	}
-	o, err := driver.ResolveCall(l.opts, driver.Options(opts))
+	o, err := driver.Apply(l.opts, driver.Options(opts))
 	if err != nil {
 		return driver.Settings{}, err
 	}
@@ -281,7 +284,7 @@ func (l *locker) acquireSettings(ctx context.Context, key string, opts []CallOpt
 // attempt that won was sent.
 func (l *locker) attempt(ctx context.Context, req *driver.Request, o *driver.Settings, wait bool) (g driver.Grant, start time.Time, err error) {
 	switch {
-	case wait && l.mode == driver.WaitQueue:
+	case wait && l.mode == WaitQueue:
 		return l.lockQueued(ctx, req, o)
 	case wait:
 		return l.poll(ctx, req, o)
@@ -310,7 +313,7 @@ func (l *locker) lockQueued(ctx context.Context, req *driver.Request, o *driver.
 		}
 		unreachable = err
 		l.log(slog.LevelWarn, "server unavailable; retrying", req.Key, err)
-		if driver.Sleep(ctx, backoff(o, attempt)) != nil {
+		if clock.Sleep(ctx, backoff(o, attempt)) != nil {
 			return g, start, err // acquireError adds ctx's
 		}
 		req.Owner = newOwner()

@@ -167,8 +167,7 @@ func TestLoggerReportsLoss(t *testing.T) {
 
 // pollOnly hides the memory backend's notices and counts attempts.
 type pollOnly struct {
-	driver.NoQueue
-	driver.NoNotice
+	driver.Unsupported
 	b        driver.Backend
 	attempts atomic.Int64
 	wait     driver.WaitMode // declared; WaitPoll when empty
@@ -182,7 +181,10 @@ func (p *pollOnly) Refresh(ctx context.Context, g driver.Grant, ttl time.Duratio
 	return p.b.Refresh(ctx, g, ttl)
 }
 func (p *pollOnly) Unlock(ctx context.Context, g driver.Grant) error { return p.b.Unlock(ctx, g) }
-func (p *pollOnly) Guarantees() distlock.Guarantees {
+func (p *pollOnly) Inspect(ctx context.Context, key string) (driver.Holder, error) {
+	return p.b.Inspect(ctx, key)
+}
+func (p *pollOnly) Guarantees() driver.Guarantees {
 	g := p.b.Guarantees()
 	g.Wait = driver.WaitPoll
 	if p.wait != "" {

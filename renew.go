@@ -15,7 +15,7 @@ import (
 // renewer keeps a Locker's auto-renewing leases refreshed: one goroutine
 // for all of them, a queue ordered by when each falls due, and refreshes
 // that run in parallel (at most maxRenewing calls at once) or, where the
-// backend can (driver.BatchRefresher), as batches of one round trip each.
+// backend can (Backend.RefreshBatch), as batches of one round trip each.
 // Due times are rounded down to a grid of a quarter of the interval, so
 // leases due close together are renewed together (a little early) and,
 // completing together, stay in step.
@@ -130,8 +130,7 @@ func (r *renewer) refresh(due []*Lease) bool {
 			live = append(live, ls)
 		}
 	}
-	br, batches := r.l.b.(driver.BatchRefresher)
-	batches = batches && !r.noBatch.Load()
+	batches := !r.noBatch.Load()
 	for len(live) > 0 {
 		n := 1
 		if batches {
@@ -151,7 +150,7 @@ func (r *renewer) refresh(due []*Lease) bool {
 				r.refreshOne(part[0])
 				return
 			}
-			r.refreshBatch(br, part)
+			r.refreshBatch(part)
 		}()
 	}
 	return true
@@ -166,7 +165,7 @@ func (r *renewer) refreshOne(ls *Lease) {
 
 // refreshBatch refreshes part in one backend call; a lease busy with a
 // call of its own (Release, Refresh) is left for a moment later.
-func (r *renewer) refreshBatch(br driver.BatchRefresher, part []*Lease) {
+func (r *renewer) refreshBatch(part []*Lease) {
 	leases := make([]*Lease, 0, len(part))
 	batch := make([]driver.Refresh, 0, len(part))
 	starts := make([]time.Time, 0, len(part))
@@ -196,7 +195,7 @@ func (r *renewer) refreshBatch(br driver.BatchRefresher, part []*Lease) {
 	// Bound by the nearest deadline: a refresh confirmed after it is
 	// worthless for that lease, and the others are retried soon.
 	ctx, cancel := context.WithDeadline(r.l.life, deadline)
-	err := br.RefreshBatch(ctx, batch)
+	err := r.l.b.RefreshBatch(ctx, batch)
 	if errors.Is(err, driver.ErrUnsupported) {
 		// One by one from now on, each in its own call: in one goroutine a
 		// stalled lease would hold up the rest.

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/distlock/distlock/internal/clock"
+
 	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/mutation"
 )
@@ -83,7 +85,7 @@ func (l *locker) unlockRetrying(ctx context.Context, g driver.Grant, done func(e
 		if done(err) || ctx.Err() != nil {
 			return err
 		}
-		if driver.Sleep(ctx, delay) != nil {
+		if clock.Sleep(ctx, delay) != nil {
 			return err
 		}
 		delay *= 2
@@ -122,16 +124,20 @@ func (l *locker) cleanUp(what, key string, o *driver.Settings, fn func(ctx conte
 const maxAbandoning = 64
 
 // leaveQueue takes a waiting Acquire that ended without the lock out of
-// the backend's queue (driver.Dequeuer), in the background as abandon
+// the backend's queue (Backend.Dequeue), in the background as abandon
 // does: the caller's ctx may be over and the server slow to answer, and
 // the place lapses at its deadline anyway. Close interrupts it.
 func (l *locker) leaveQueue(req driver.Request, o *driver.Settings) {
-	dq, ok := l.b.(driver.Dequeuer)
-	if !ok {
+	if l.noDequeue.Load() {
 		return
 	}
 	l.cleanUp("queue leaving", req.Key, o, func(ctx context.Context) {
-		if err := dq.Dequeue(ctx, req.Key, req.Waiter); err != nil {
+		err := l.b.Dequeue(ctx, req.Key, req.Waiter)
+		if errors.Is(err, driver.ErrUnsupported) {
+			l.noDequeue.Store(true) // no queue: nothing to leave, now or later
+			return
+		}
+		if err != nil {
 			l.log(slog.LevelDebug, "leaving the wait queue failed; the place lapses at its deadline", req.Key, err)
 		}
 	})
@@ -150,7 +156,7 @@ const (
 // remaining TTL) or a jittered exponential back-off, and try again. Each
 // attempt gets a new owner value in req; on success req holds the winner's.
 func (l *locker) poll(ctx context.Context, req *driver.Request, o *driver.Settings) (_ driver.Grant, _ time.Time, err error) {
-	p := &poller{l: l, req: req, o: o, subscribed: l.mode != driver.WaitNotify}
+	p := &poller{l: l, req: req, o: o, subscribed: l.mode != WaitNotify}
 	req.Waiter = req.Owner
 	defer func() { p.end(err) }()
 	for attempt := 0; ; attempt++ {
@@ -218,7 +224,7 @@ func (p *poller) try(ctx context.Context, attempt int) (driver.Grant, nextStep, 
 		// error for the caller if ctx ends first.
 		p.unreachable = err
 		p.l.log(slog.LevelWarn, "server unavailable; retrying", p.req.Key, err)
-		if driver.Sleep(ctx, backoff(p.o, attempt)) != nil {
+		if clock.Sleep(ctx, backoff(p.o, attempt)) != nil {
 			return driver.Grant{}, settled, err
 		}
 		return driver.Grant{}, tryAgain, nil
@@ -233,10 +239,8 @@ func (p *poller) try(ctx context.Context, attempt int) (driver.Grant, nextStep, 
 // did; a failure other than ctx's leaves the waiter polling.
 func (p *poller) subscribe(ctx context.Context) (began bool, err error) {
 	p.subscribed = true
-	var s driver.Subscription
-	if ws, ok := p.l.b.(driver.WaiterSubscriber); ok {
-		s, err = ws.SubscribeWaiter(ctx, p.req.Key, p.req.Waiter)
-	} else {
+	s, err := p.l.b.SubscribeWaiter(ctx, p.req.Key, p.req.Waiter)
+	if errors.Is(err, driver.ErrUnsupported) {
 		s, err = p.l.b.Subscribe(ctx, p.req.Key)
 	}
 	switch {
@@ -274,7 +278,7 @@ func (p *poller) wait(ctx context.Context, attempt int, remaining time.Duration)
 	if remaining > 0 && remaining < delay {
 		delay = remaining + jitter(p.o.BackoffMin)
 	}
-	return driver.Sleep(ctx, delay)
+	return clock.Sleep(ctx, delay)
 }
 
 // end leaves the queue if the acquire failed after a queueing backend may

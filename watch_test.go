@@ -29,7 +29,13 @@ func (s *scripted) Inspect(context.Context, string) (driver.Holder, error) {
 	return h, nil
 }
 
-func held(token distlock.Token, value string) driver.Holder {
+// Watch is unsupported: the memory server's notices know nothing of the
+// script, so Watch polls Inspect.
+func (s *scripted) Watch(context.Context, string) (driver.Subscription, error) {
+	return nil, driver.ErrUnsupported
+}
+
+func held(token int64, value string) driver.Holder {
 	return driver.Holder{Held: true, Token: token, Value: value, TTL: time.Minute, Waiters: -1}
 }
 
@@ -62,8 +68,12 @@ func TestWatchReportsOnlyLargerTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []driver.Holder{free, held(5, "a"), free, held(9, "b"), free, held(10, "c")}
-	var got []driver.Holder
+	userFree := distlock.Holder{Waiters: -1}
+	userHeld := func(token distlock.Token, value string) distlock.Holder {
+		return distlock.Holder{Held: true, Token: token, Value: value, TTL: time.Minute, Waiters: -1}
+	}
+	want := []distlock.Holder{userFree, userHeld(5, "a"), userFree, userHeld(9, "b"), userFree, userHeld(10, "c")}
+	var got []distlock.Holder
 	for len(got) < len(want) {
 		select {
 		case h := <-ch:

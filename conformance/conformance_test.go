@@ -26,9 +26,8 @@ func harnessOn(wrap func(driver.Backend, *memory.Store) driver.Backend) conforma
 func harnessOfLockers(wrap func(driver.Backend, *memory.Store) driver.Backend, wrapLocker func(distlock.Locker) distlock.Locker) conformance.Harness {
 	store := memory.NewStore()
 	// The broken layer sits above the crash switch, so it answers after a
-	// crash as a broken client would, and its optional interfaces (Lock)
-	// stay visible to the portable layer.
-	broken := func(c driver.Backend) driver.Backend { return inspectable(wrap(c, store), c) }
+	// crash as a broken client would.
+	broken := func(c driver.Backend) driver.Backend { return wrap(c, store) }
 	return conformance.WithWrappers(conformance.Harness{
 		NewBackend: func(context.Context) (driver.Backend, error) { return memory.NewBackend(store), nil },
 		ForceExpire: func(_ context.Context, key string) error {
@@ -50,7 +49,7 @@ type noExclusion struct {
 }
 
 func (b *noExclusion) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
-	return driver.Grant{Token: distlock.Token(b.tokens.Add(1))}, nil
+	return driver.Grant{Token: b.tokens.Add(1)}, nil
 }
 func (b *noExclusion) Refresh(context.Context, driver.Grant, time.Duration) (time.Duration, error) {
 	return 0, nil

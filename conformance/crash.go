@@ -17,9 +17,7 @@ var ErrCrashed = errors.New("conformance: backend crashed")
 // process would never arrive, and the server keeps the locks until their
 // TTL. Backends with client-side sessions or keep-alives stop those in
 // Harness.Crash.
-//
-// It keeps every capability of the wrapped backend (Lock, Subscribe,
-// SubscribeWaiter, RefreshBatch, Dequeue, Inspect, Watch) and forwards As.
+// It forwards As.
 type crashable struct {
 	driver.Backend
 	crashed atomic.Bool
@@ -52,44 +50,29 @@ func (c *crashable) Refresh(ctx context.Context, g driver.Grant, ttl time.Durati
 	return c.Backend.Refresh(ctx, g, ttl)
 }
 
-// RefreshBatch forwards to the backend's driver.BatchRefresher, so that the
-// suite renews through the backend's batches; it fails with ErrCrashed
-// after crash, and with driver.ErrUnsupported (one by one) if the backend
-// has no batches.
+// RefreshBatch fails with ErrCrashed after crash, else forwards.
 func (c *crashable) RefreshBatch(ctx context.Context, batch []driver.Refresh) error {
 	if c.crashed.Load() {
 		return ErrCrashed
 	}
-	br, ok := c.Backend.(driver.BatchRefresher)
-	if !ok {
-		return driver.ErrUnsupported
-	}
-	return br.RefreshBatch(ctx, batch)
+	return c.Backend.RefreshBatch(ctx, batch)
 }
 
-// Dequeue forwards to the backend's driver.Dequeuer (nothing to do
-// without one); it fails with ErrCrashed after crash, as a crashed process
-// leaves its place in a queue behind.
+// Dequeue fails with ErrCrashed after crash, as a crashed process leaves
+// its place in a queue behind, else forwards.
 func (c *crashable) Dequeue(ctx context.Context, key, waiter string) error {
 	if c.crashed.Load() {
 		return ErrCrashed
 	}
-	if dq, ok := c.Backend.(driver.Dequeuer); ok {
-		return dq.Dequeue(ctx, key, waiter)
-	}
-	return nil
+	return c.Backend.Dequeue(ctx, key, waiter)
 }
 
-// SubscribeWaiter fails with ErrCrashed after crash, else forwards to the
-// backend's driver.WaiterSubscriber (to Subscribe without one).
+// SubscribeWaiter fails with ErrCrashed after crash, else forwards.
 func (c *crashable) SubscribeWaiter(ctx context.Context, key, waiter string) (driver.Subscription, error) {
 	if c.crashed.Load() {
 		return nil, ErrCrashed
 	}
-	if ws, ok := c.Backend.(driver.WaiterSubscriber); ok {
-		return ws.SubscribeWaiter(ctx, key, waiter)
-	}
-	return c.Backend.Subscribe(ctx, key)
+	return c.Backend.SubscribeWaiter(ctx, key, waiter)
 }
 
 // Unlock fails with ErrCrashed after crash, else forwards.
@@ -114,28 +97,18 @@ func (c *crashable) As(target any) bool {
 	return ok && a.As(target)
 }
 
-// Inspect fails with ErrCrashed after crash, else forwards to the backend's
-// driver.Inspector (driver.ErrUnsupported if it has none).
+// Inspect fails with ErrCrashed after crash, else forwards.
 func (c *crashable) Inspect(ctx context.Context, key string) (driver.Holder, error) {
 	if c.crashed.Load() {
 		return driver.Holder{}, ErrCrashed
 	}
-	in, ok := c.Backend.(driver.Inspector)
-	if !ok {
-		return driver.Holder{}, driver.ErrUnsupported
-	}
-	return in.Inspect(ctx, key)
+	return c.Backend.Inspect(ctx, key)
 }
 
-// Watch fails with ErrCrashed after crash, else forwards to the backend's
-// driver.Watcher (driver.ErrUnsupported if it has none).
+// Watch fails with ErrCrashed after crash, else forwards.
 func (c *crashable) Watch(ctx context.Context, key string) (driver.Subscription, error) {
 	if c.crashed.Load() {
 		return nil, ErrCrashed
 	}
-	w, ok := c.Backend.(driver.Watcher)
-	if !ok {
-		return nil, driver.ErrUnsupported
-	}
-	return w.Watch(ctx, key)
+	return c.Backend.Watch(ctx, key)
 }

@@ -8,33 +8,6 @@ import (
 	"github.com/distlock/distlock/driver"
 )
 
-// inspectable gives a wrapped backend the Inspect and Watch of the
-// Crashable under it, unless the wrapper has its own (a broken one): the
-// wrappers embed driver.Backend, which hides the optional interfaces.
-func inspectable(b driver.Backend, under driver.Backend) driver.Backend {
-	if _, ok := b.(driver.Inspector); ok {
-		return b
-	}
-	return withInspect{Backend: b, under: under}
-}
-
-type withInspect struct {
-	driver.Backend
-	under driver.Backend
-}
-
-func (w withInspect) Inspect(ctx context.Context, key string) (driver.Holder, error) {
-	return w.under.(driver.Inspector).Inspect(ctx, key)
-}
-
-func (w withInspect) Watch(ctx context.Context, key string) (driver.Subscription, error) {
-	return w.under.(driver.Watcher).Watch(ctx, key)
-}
-
-func inspectOf(b driver.Backend, ctx context.Context, key string) (driver.Holder, error) {
-	return b.(driver.Inspector).Inspect(ctx, key)
-}
-
 // staleValue reports the last value it saw on a key when the holder gave
 // none: a leftover of the previous holder.
 type staleValue struct {
@@ -59,7 +32,7 @@ func (b staleValue) TryLock(ctx context.Context, req driver.Request) (driver.Gra
 }
 
 func (b staleValue) Inspect(ctx context.Context, key string) (driver.Holder, error) {
-	h, err := inspectOf(b.Backend, ctx, key)
+	h, err := b.Backend.Inspect(ctx, key)
 	b.left.mu.Lock()
 	defer b.left.mu.Unlock()
 	if h.Held && h.Value == "" {
@@ -72,7 +45,7 @@ func (b staleValue) Inspect(ctx context.Context, key string) (driver.Holder, err
 type offByOneToken struct{ driver.Backend }
 
 func (b offByOneToken) Inspect(ctx context.Context, key string) (driver.Holder, error) {
-	h, err := inspectOf(b.Backend, ctx, key)
+	h, err := b.Backend.Inspect(ctx, key)
 	if h.Held {
 		h.Token++
 	}
@@ -87,7 +60,7 @@ type stickyHolder struct {
 }
 
 func (b *stickyHolder) Inspect(ctx context.Context, key string) (driver.Holder, error) {
-	h, err := inspectOf(b.Backend, ctx, key)
+	h, err := b.Backend.Inspect(ctx, key)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.first == nil {
@@ -106,7 +79,7 @@ func (b *stickyHolder) Inspect(ctx context.Context, key string) (driver.Holder, 
 type truncatesValue struct{ driver.Backend }
 
 func (b truncatesValue) Inspect(ctx context.Context, key string) (driver.Holder, error) {
-	h, err := inspectOf(b.Backend, ctx, key)
+	h, err := b.Backend.Inspect(ctx, key)
 	if len(h.Value) > 255 {
 		h.Value = h.Value[:255]
 	}
@@ -117,7 +90,7 @@ func (b truncatesValue) Inspect(ctx context.Context, key string) (driver.Holder,
 type silentWatch struct{ driver.Backend }
 
 func (b silentWatch) Inspect(ctx context.Context, key string) (driver.Holder, error) {
-	return inspectOf(b.Backend, ctx, key)
+	return b.Backend.Inspect(ctx, key)
 }
 
 func (silentWatch) Watch(context.Context, string) (driver.Subscription, error) {

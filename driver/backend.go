@@ -9,6 +9,11 @@ import (
 // Backend is one lock service. Each method is one attempt, usually one round
 // trip.
 //
+// Every capability is a method here, so a wrapper that embeds a Backend
+// forwards all of them. A backend without one embeds [Unsupported], whose
+// methods return ErrUnsupported; the portable layer then does without it.
+// TryLock, Refresh, Unlock, Inspect, Guarantees and Close are required.
+//
 // A backend must not keep a lock alive on its own: a lock that is not
 // refreshed ends on the server when its TTL runs out (or, for session-bound
 // backends, when the session ends), so a crashed or stalled holder cannot
@@ -27,27 +32,47 @@ type Backend interface {
 	TryLock(ctx context.Context, req Request) (Grant, error)
 
 	// Lock waits in the server's own queue until req is granted or ctx
-	// ends; backends whose Guarantees().Wait is not WaitQueue return
-	// ErrUnsupported (embed [NoQueue]). When ctx ends it must leave nothing
-	// behind (its queue entry deleted) and return an error matching
-	// ctx.Err().
+	// ends. The portable layer calls it only when Guarantees().Wait is
+	// WaitQueue. When ctx ends it must leave nothing behind (its queue
+	// entry deleted) and return an error matching ctx.Err().
 	Lock(ctx context.Context, req Request) (Grant, error)
 
-	// Subscribe starts a stream of release notices for key; backends whose
-	// Guarantees().Wait is not WaitNotify return ErrUnsupported (embed
-	// [NoNotice]). The subscription must see every release from the
-	// moment Subscribe returns (or have its first Wait return at once, as
-	// the Redis notifier does, once it is sure to). The portable layer
-	// subscribes when an attempt finds the key held, then tries once more
-	// before it waits, so a release in between is not missed; it still
-	// polls, bounded by the holder's remaining TTL, in case a notice is
-	// lost.
+	// Subscribe starts a stream of release notices for key. The portable
+	// layer calls it only when Guarantees().Wait is WaitNotify. The
+	// subscription must see every release from the moment Subscribe
+	// returns (or have its first Wait return at once, as the Redis notifier
+	// does, once it is sure to). The portable layer subscribes when an
+	// attempt finds the key held, then tries once more before it waits, so
+	// a release in between is not missed; it still polls, bounded by the
+	// holder's remaining TTL, in case a notice is lost.
 	Subscribe(ctx context.Context, key string) (Subscription, error)
+
+	// SubscribeWaiter is Subscribe for a backend whose notices depend on
+	// who waits: notices addressed to one waiter of its queue (see
+	// Dequeue), or ones a waiter's own attempts caused. Notices that waiter
+	// need not act on must not wake it. ErrUnsupported: Subscribe is used.
+	SubscribeWaiter(ctx context.Context, key, waiter string) (Subscription, error)
+
+	// Dequeue takes waiter out of key's queue, for a backend that keeps a
+	// waiting Acquire's Request.Waiter queued between its attempts. The
+	// portable layer calls it (in the background, bounded by the release
+	// timeout) when such an Acquire ends without the lock, so that the
+	// waiter stops holding up those behind it; a grant takes its own waiter
+	// out. ErrUnsupported: nothing to do.
+	Dequeue(ctx context.Context, key, waiter string) error
 
 	// Refresh extends the grant's lock to ttl from now and returns the
 	// validity it may count on, measured from the start of the call
 	// (usually ttl).
 	Refresh(ctx context.Context, g Grant, ttl time.Duration) (time.Duration, error)
+
+	// RefreshBatch refreshes many grants in one round trip (a pipeline):
+	// the portable layer renews the leases that fall due together with one
+	// call. Each Refresh in batch gets the outcome Refresh would have given
+	// it, in Validity or Err; a returned error fails the whole batch
+	// (nothing is known of any of them). ErrUnsupported: the grants are
+	// refreshed one by one.
+	RefreshBatch(ctx context.Context, batch []Refresh) error
 
 	// Unlock releases the grant's lock only if it still owns it. It is
 	// also called with a Grant holding only Key, Owner and TTL (no Token,
@@ -62,6 +87,18 @@ type Backend interface {
 	// that ends at once keeps a burst of abandoned attempts under that cap.
 	Unlock(ctx context.Context, g Grant) error
 
+	// Inspect reads key's lock without taking it, in one round trip where
+	// it can (Redlock reads a majority).
+	Inspect(ctx context.Context, key string) (Holder, error)
+
+	// Watch pushes a notice on every change of key's holder: granted,
+	// released, expired, lost with a session. Its Subscription's Wait
+	// returns once per burst of changes (at least once after each change
+	// made since the previous Wait returned); the reader then calls
+	// Inspect. ErrUnsupported: the key is watched by release notices where
+	// the backend has them, and by polling otherwise.
+	Watch(ctx context.Context, key string) (Subscription, error)
+
 	// Guarantees describes the backend.
 	Guarantees() Guarantees
 
@@ -70,23 +107,34 @@ type Backend interface {
 	Close() error
 }
 
-// ErrUnsupported is returned by a capability the backend does not have
-// (Lock without a server queue, Subscribe without notices).
+// ErrUnsupported is returned by a capability the backend does not have.
 var ErrUnsupported = errors.New("distlock/driver: not supported by this backend")
 
-// NoQueue is embedded by backends without a server-side queue.
-type NoQueue struct{}
+// Unsupported is embedded by a backend for the capabilities it lacks: each
+// of its methods returns ErrUnsupported.
+type Unsupported struct{}
 
 // Lock returns ErrUnsupported.
-func (NoQueue) Lock(context.Context, Request) (Grant, error) { return Grant{}, ErrUnsupported }
-
-// NoNotice is embedded by backends without release notices.
-type NoNotice struct{}
+func (Unsupported) Lock(context.Context, Request) (Grant, error) { return Grant{}, ErrUnsupported }
 
 // Subscribe returns ErrUnsupported.
-func (NoNotice) Subscribe(context.Context, string) (Subscription, error) {
+func (Unsupported) Subscribe(context.Context, string) (Subscription, error) {
 	return nil, ErrUnsupported
 }
+
+// SubscribeWaiter returns ErrUnsupported.
+func (Unsupported) SubscribeWaiter(context.Context, string, string) (Subscription, error) {
+	return nil, ErrUnsupported
+}
+
+// Dequeue returns ErrUnsupported.
+func (Unsupported) Dequeue(context.Context, string, string) error { return ErrUnsupported }
+
+// RefreshBatch returns ErrUnsupported.
+func (Unsupported) RefreshBatch(context.Context, []Refresh) error { return ErrUnsupported }
+
+// Watch returns ErrUnsupported.
+func (Unsupported) Watch(context.Context, string) (Subscription, error) { return nil, ErrUnsupported }
 
 // Request is one attempt to take a key.
 type Request struct {
@@ -114,7 +162,7 @@ type Grant struct {
 	Owner string
 	TTL   time.Duration
 	Drift Drift // the lease's drift rule, for Refresh (Drift.For(ttl))
-	Token Token
+	Token int64 // the fencing token
 	// Validity is how long, from the start of the attempt, the lock is known
 	// to be held; zero means the requested TTL.
 	Validity time.Duration
@@ -141,49 +189,6 @@ type Subscription interface {
 	Wait(ctx context.Context) error
 	// Close ends the subscription.
 	Close() error
-}
-
-// Sleep waits for d or until ctx ends, whichever is first, and returns
-// ctx's error in the second case: the one ctx-aware sleep of the library.
-func Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// Dequeuer is an optional interface of a Backend that may keep a waiting
-// Acquire's Request.Waiter queued between its attempts: the portable layer
-// calls Dequeue (in the background, bounded by the release timeout) when
-// such an Acquire ends without the lock (its ctx ended, an error), so that
-// the waiter stops holding up those behind it. A grant takes its own
-// waiter out.
-type Dequeuer interface {
-	Dequeue(ctx context.Context, key, waiter string) error
-}
-
-// WaiterSubscriber is an optional interface of a Backend whose release
-// notices depend on who waits: notices addressed to one waiter of its queue
-// (see Dequeuer), or ones a waiter's own attempts caused. The portable
-// layer subscribes a waiting Acquire with its Request.Waiter, and notices
-// that waiter need not act on (addressed to another waiter, or its own
-// give-backs) do not wake it.
-type WaiterSubscriber interface {
-	SubscribeWaiter(ctx context.Context, key, waiter string) (Subscription, error)
-}
-
-// BatchRefresher is an optional interface of a Backend that can refresh
-// many grants in one round trip (a pipeline): the portable layer renews the
-// leases that fall due together with one call. Each Refresh in batch gets
-// the outcome Backend.Refresh would have given it, in Validity or Err; a
-// returned error fails the whole batch (nothing is known of any of them).
-// Return ErrUnsupported to have the grants refreshed one by one.
-type BatchRefresher interface {
-	RefreshBatch(ctx context.Context, batch []Refresh) error
 }
 
 // Refresh is one grant of a RefreshBatch call.

@@ -7,13 +7,14 @@
 // A backend makes single attempts — take, refresh, release — each usually
 // one round trip. It does not validate input, retry, sleep, or run renewal
 // goroutines: the portable layer does all of that once for every backend.
-// What a backend can do beyond that is declared, not discovered: its
-// [Guarantees] name the wait mode ([WaitQueue] backends implement
-// [Backend.Lock], [WaitNotify] backends [Backend.Subscribe]), so a wrapper
-// that embeds a Backend keeps every capability.
+// Every capability is a method of [Backend]: a backend embeds
+// [Unsupported] for those it lacks, and a wrapper that embeds a Backend
+// forwards them all. Its [Guarantees] name the wait mode, which says
+// whether the portable layer waits with [Backend.Lock] (WaitQueue),
+// [Backend.Subscribe] (WaitNotify) or by polling TryLock.
 //
-// Types shared with users (Token, Guarantees, the sentinel errors) are
-// defined here and aliased by package distlock. Package driver/urlparam
-// reads what every backend URL has in common (parameters, hosts, TLS,
-// credentials).
+// Types users read (Token, Guarantees, Holder) are package distlock's;
+// those here are what backends hand over, converted at the boundary.
+// Package driver/urlparam reads what every backend URL has in common
+// (parameters, hosts, TLS, credentials) and checks that a server answers.
 package driver

@@ -7,40 +7,31 @@ import (
 	"time"
 )
 
-// Scope says where an Option may be passed.
-type Scope uint8
-
-const (
-	// ScopeLocker options configure a Locker as a whole (a logger, an
-	// observer, the release timeout): constructors and Open only.
-	ScopeLocker Scope = iota + 1
-	// ScopeCall options are defaults at construction and may also be
-	// passed to a single call (package distlock's CallOptions).
-	ScopeCall
-	// ScopeShared options configure the Locker and are read by the backend
-	// as well (the logger): constructors, NewBackend and Open.
-	ScopeShared
-)
-
 // Option is one setting: a portable one (distlock.WithTTL…) or a backend's
 // own (BackendOption). Package distlock's Option types keep the Locker-wide
 // and backend options out of single calls at compile time; passing a
 // backend's option to another backend's constructor is an error matching
 // ErrInvalidOption, never silently ignored.
 type Option struct {
-	name  string
-	scope Scope
-	owner string // the backend a backend option belongs to
-	apply func(*Settings)
+	name   string
+	shared bool   // read by the backend as well as the portable layer
+	owner  string // the backend a backend option belongs to
+	apply  func(*Settings)
 }
 
 // DriverOption returns o: an Option is one of package distlock's Options.
 func (o Option) DriverOption() Option { return o }
 
-// NewOption builds a portable option; package distlock's With… functions
-// use it.
-func NewOption(name string, scope Scope, apply func(*Settings)) Option {
-	return Option{name: name, scope: scope, apply: apply}
+// NewOption builds a portable option, one the portable layer reads;
+// package distlock's With… functions use it.
+func NewOption(name string, apply func(*Settings)) Option {
+	return Option{name: name, apply: apply}
+}
+
+// SharedOption builds a portable option that backends read too (a logger,
+// a TLS config): constructors, NewBackend and Open accept it.
+func SharedOption(name string, apply func(*Settings)) Option {
+	return Option{name: name, shared: true, apply: apply}
 }
 
 // BackendOption builds an option that carries a setting of one backend
@@ -49,7 +40,7 @@ func NewOption(name string, scope Scope, apply func(*Settings)) Option {
 // that backend's constructor and URL opener accept it; read it with
 // [BackendValue].
 func BackendOption(backend, name string, key, value any) Option {
-	return Option{name: name, scope: ScopeLocker, owner: backend, apply: func(s *Settings) {
+	return Option{name: name, owner: backend, apply: func(s *Settings) {
 		if s.backend == nil {
 			s.backend = make(map[any]any)
 		}
@@ -61,8 +52,8 @@ func BackendOption(backend, name string, key, value any) Option {
 // with ErrInvalidOption and the given message: With… functions use it to
 // reject bad values without panicking.
 func InvalidOption(format string, args ...any) Option {
-	// Scope 0: every resolver applies it, so the error is the message given.
-	return Option{name: "invalid option", apply: func(s *Settings) { s.Invalid(format, args...) }}
+	// Shared: every resolver applies it, so the error is the message given.
+	return Option{name: "invalid option", shared: true, apply: func(s *Settings) { s.Invalid(format, args...) }}
 }
 
 // Settings are resolved options.
@@ -143,7 +134,7 @@ func ResolveBackend(backend string, opts []Option) (Settings, error) {
 		case o.apply == nil:
 		case o.owner != "" && o.owner != backend:
 			s.Invalid("%s is an option of the %s backend, not of %s", o.name, o.owner, backend)
-		case o.owner == "" && o.scope != ScopeShared && o.scope != 0:
+		case o.owner == "" && !o.shared:
 			s.Invalid("%s configures the Locker, not the %s backend: pass it to %s.New, Open or distlock.New",
 				o.name, backend, backend)
 		default:
@@ -177,32 +168,21 @@ func SplitOptions[O interface{ DriverOption() Option }](opts []O) (locker []O, b
 		if o.owner == "" {
 			locker = append(locker, x)
 		}
-		if o.owner != "" || o.scope == ScopeShared || o.scope == 0 {
+		if o.owner != "" || o.shared {
 			backend = append(backend, o)
 		}
 	}
 	return locker, backend
 }
 
-// Check applies opts on top of base whoever they belong to, to report an
-// invalid value before any connection is made; Open runs it first.
-func Check(base Settings, opts []Option) (Settings, error) {
-	s := base
-	s.backend = nil
-	for _, o := range opts {
-		if o.apply != nil {
-			o.apply(&s)
-		}
-	}
-	return s, s.err
-}
-
-// ResolveCall applies the options of one call (package distlock's
-// CallOptions: the compiler keeps the others out) on top of base, the
-// Locker's settings.
-func ResolveCall(base Settings, opts []Option) (Settings, error) {
+// Apply applies opts on top of base whoever they belong to: the options of
+// one call (package distlock's CallOptions, the compiler keeps the others
+// out) on top of the Locker's settings, or every option given to Open, to
+// report an invalid value before any connection is made.
+func Apply(base Settings, opts []Option) (Settings, error) {
 	s := base
 	s.err = nil
+	s.backend = nil
 	for _, o := range opts {
 		if o.apply != nil {
 			o.apply(&s)

@@ -25,10 +25,10 @@ func TestOptionScopes(t *testing.T) {
 	type key struct{}
 	own := BackendOption("b1", "WithX", key{}, 7)
 	other := BackendOption("b2", "WithY", key{}, 8)
-	call := NewOption("WithTTL", ScopeCall, func(s *Settings) { s.TTL = time.Minute })
-	lockerWide := NewOption("WithReleaseTimeout", ScopeLocker, func(s *Settings) { s.ReleaseTimeout = time.Minute })
+	call := NewOption("WithTTL", func(s *Settings) { s.TTL = time.Minute })
+	lockerWide := NewOption("WithReleaseTimeout", func(s *Settings) { s.ReleaseTimeout = time.Minute })
 	logger := slog.New(slog.DiscardHandler)
-	shared := NewOption("WithLogger", ScopeShared, func(s *Settings) { s.Logger = logger })
+	shared := SharedOption("WithLogger", func(s *Settings) { s.Logger = logger })
 	bad := InvalidOption("nope")
 
 	locker, backend := SplitOptions([]Option{own, other, call, lockerWide, shared, bad})
@@ -49,8 +49,8 @@ func TestOptionScopes(t *testing.T) {
 		"backend: invalid":           {func() (Settings, error) { return ResolveBackend("b1", []Option{bad}) }, false},
 		"locker: portable":           {func() (Settings, error) { return ResolveLocker(Settings{}, "b1", []Option{call, lockerWide, shared}) }, true},
 		"locker: own backend's":      {func() (Settings, error) { return ResolveLocker(Settings{}, "b1", []Option{own}) }, false},
-		"call: call option":          {func() (Settings, error) { return ResolveCall(Settings{}, []Option{call}) }, true},
-		"call: invalid":              {func() (Settings, error) { return ResolveCall(Settings{}, []Option{bad}) }, false},
+		"call: call option":          {func() (Settings, error) { return Apply(Settings{}, []Option{call}) }, true},
+		"call: invalid":              {func() (Settings, error) { return Apply(Settings{}, []Option{bad}) }, false},
 	} {
 		_, err := tc.resolve()
 		if tc.ok && err != nil {

@@ -3,18 +3,11 @@ package driver
 import (
 	"errors"
 	"fmt"
-	"strconv"
 )
 
-// Token is a fencing token: it strictly increases, per key, across the
-// successive holders of a lock.
-type Token int64
-
-// String returns the token in decimal.
-func (t Token) String() string { return strconv.FormatInt(int64(t), 10) }
-
-// Sentinel errors that this package's helpers make (package distlock
-// re-exports them, beside its own). Check them with errors.Is.
+// Sentinel errors that backends return and this package's helpers make
+// (package distlock re-exports them, beside its own). Check them with
+// errors.Is.
 var (
 	// ErrUnavailable: the lock service could not be reached (refused,
 	// unresolvable, timed out while connecting). The message names the
@@ -56,7 +49,8 @@ func AccessDenied(addr string, err error) error {
 	return fmt.Errorf("%w: %s: %w", ErrAccessDenied, addr, err)
 }
 
-// WaitMode says how a backend's waiters learn that a key became free.
+// WaitMode says how a backend's waiters learn that a key became free, and so
+// which of Backend.Lock and Backend.Subscribe the portable layer calls.
 type WaitMode string
 
 const (
@@ -70,31 +64,16 @@ const (
 	WaitQueue WaitMode = "queue"
 )
 
-// Guarantees is what a backend declares about itself. Each field is a claim
-// the backend's tests check; a claim no test checks is left at its zero value.
+// Guarantees is what a backend declares about itself; distlock.Guarantees
+// documents each claim. A claim no test checks is left at its zero value.
 type Guarantees struct {
-	// Backend is the backend's short name, e.g. "redis".
-	Backend string
-	// TokenSource says where fencing tokens come from.
-	TokenSource string
-	// Wait says how waiters are woken.
-	Wait WaitMode
-	// FIFO is true when waiters acquire in the order they started waiting.
-	FIFO bool
-	// FailuresTolerated is how many servers can fail without losing safety
-	// or availability (0 for a single server).
-	FailuresTolerated int
-	// ClockDependent is true when mutual exclusion relies on bounded clock
-	// drift between servers and clients (timed leases on independent nodes).
-	ClockDependent bool
-	// RestartLosesLocks is true when a server crash, restart or failover can
-	// drop held locks (e.g. Redis without fsync).
-	RestartLosesLocks bool
-	// SessionTTL is true when a lock lives as long as the client's session
-	// and the TTL option sets nothing per lease (ZooKeeper).
-	SessionTTL bool
-	// SingleProcess is true when locks are only seen inside one process.
-	SingleProcess bool
-	// Notes are caveats worth reading before choosing the backend.
-	Notes []string
+	Backend, TokenSource string
+	Wait                 WaitMode
+	FIFO                 bool
+	FailuresTolerated    int
+	ClockDependent       bool
+	RestartLosesLocks    bool
+	SessionTTL           bool
+	SingleProcess        bool
+	Notes                []string
 }

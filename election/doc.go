@@ -29,7 +29,7 @@
 // observer sees is one elected after that lock ends, with a larger token.
 //
 // Election needs nothing from a backend beyond distlock.Locker, so a new
-// backend gets it by implementing driver.Inspector (and driver.Watcher where
+// backend gets it by implementing driver.Backend.Inspect (and Watch where
 // its server pushes changes). What a term guarantees is what the backend's
 // leases guarantee: read its Guarantees (Redlock depends on bounded clock
 // drift, single Redis may lose a lock on failover; the fencing token is the

@@ -73,7 +73,7 @@ func newBackend(cli *clientv3.Client, owns bool, opts []driver.Option) (*backend
 
 // backend implements driver.Backend, with a server-side queue (Lock).
 type backend struct {
-	driver.NoNotice
+	driver.Unsupported
 	cli       *clientv3.Client
 	owns      bool // the client was made by open and is closed by Close
 	prefix    string
@@ -111,11 +111,11 @@ func queuePrefix(prefix, key string) string {
 	return prefix + "/" + keyEscaper.Replace(key) + "/"
 }
 
-func (b *backend) Guarantees() distlock.Guarantees {
-	return distlock.Guarantees{
+func (b *backend) Guarantees() driver.Guarantees {
+	return driver.Guarantees{
 		Backend:           "etcd",
 		TokenSource:       "CreateRevision of the owner key (cluster-wide revision)",
-		Wait:              distlock.WaitQueue,
+		Wait:              driver.WaitQueue,
 		FIFO:              true,
 		FailuresTolerated: b.tolerated,
 		Notes: []string{

@@ -52,9 +52,9 @@ func (b *backend) crash() {
 // polling TryLock.
 type pollingBackend struct{ *backend }
 
-func (p pollingBackend) Guarantees() distlock.Guarantees {
+func (p pollingBackend) Guarantees() driver.Guarantees {
 	g := p.backend.Guarantees()
-	g.Wait = distlock.WaitPoll
+	g.Wait = driver.WaitPoll
 	g.FIFO = false // polling waiters race
 	return g
 }

@@ -8,15 +8,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/distlock/distlock/internal/clock"
+
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-)
-
-var (
-	_ driver.Inspector = (*backend)(nil)
-	_ driver.Watcher   = (*backend)(nil)
 )
 
 const (
@@ -54,7 +51,7 @@ func (b *backend) Inspect(ctx context.Context, key string) (_ driver.Holder, err
 		kv := resp.Kvs[0]
 		h := driver.Holder{
 			Held:    true,
-			Token:   distlock.Token(kv.CreateRevision),
+			Token:   kv.CreateRevision,
 			Value:   string(kv.Value),
 			Waiters: int(resp.Count - 1),
 		}
@@ -76,7 +73,7 @@ func (b *backend) Inspect(ctx context.Context, key string) (_ driver.Holder, err
 		case try == inspectTries:
 			return driver.Holder{}, errLeaseVanished
 		}
-		if err := driver.Sleep(ctx, inspectPause); err != nil {
+		if err := clock.Sleep(ctx, inspectPause); err != nil {
 			return driver.Holder{}, err
 		}
 	}

@@ -159,7 +159,7 @@ func TestInspectTTLCountsDown(t *testing.T) {
 			break
 		}
 		switch {
-		case h.Token != g.Token:
+		case h.Token != distlock.Token(g.Token):
 			t.Fatalf("token %d, the grant's %d", h.Token, g.Token)
 		case h.TTL <= 0 || h.TTL > last:
 			t.Fatalf("TTL %v after %v: want within (0, %v]", h.TTL, last, last)
@@ -222,7 +222,7 @@ func TestInspectHolderLeavesBetweenReads(t *testing.T) {
 	if second == nil {
 		t.FailNow()
 	}
-	if !h.Held || h.Token != second.Token() || h.Value != "second" || h.Waiters != 0 || h.TTL <= 0 {
+	if !h.Held || distlock.Token(h.Token) != second.Token() || h.Value != "second" || h.Waiters != 0 || h.TTL <= 0 {
 		t.Fatalf("holder revoked between the reads: %+v, want the next holder (token %d, value \"second\"), not the first (%d)", h, second.Token(), first.Token())
 	}
 	_ = second.Release(ctx)

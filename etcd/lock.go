@@ -90,7 +90,7 @@ func (b *backend) grant(req driver.Request, h *handle, rev int64, l *lease, star
 	h.mu.Unlock()
 	// Zero would mean "the requested TTL" to the portable layer.
 	validity := max(min(req.TTL, l.left(start)), time.Nanosecond)
-	g := driver.Grant{Token: distlock.Token(rev), Validity: validity, Start: start, Handle: h}
+	g := driver.Grant{Token: rev, Validity: validity, Start: start, Handle: h}
 	if h.w != nil {
 		g.Lost = h.lost
 	}

@@ -7,7 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/clock"
+
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
@@ -118,7 +119,7 @@ func (w *watcher) run() {
 		if w.b.life.Err() != nil {
 			return
 		}
-		if driver.Sleep(w.b.life, pause) != nil {
+		if clock.Sleep(w.b.life, pause) != nil {
 			return
 		}
 		pause = min(2*pause, restartMax)

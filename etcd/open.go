@@ -64,7 +64,7 @@ func open(ctx context.Context, u *url.URL, opts []driver.Option) (driver.Backend
 		dc.dial = max(time.Until(d), time.Millisecond)
 	}
 	if dc.tls == nil {
-		err = driver.Reachable(ctx, dc.endpoints, dc.dial)
+		err = urlparam.Reachable(ctx, dc.endpoints, dc.dial)
 	} else {
 		err = reachTLS(ctx, dc.endpoints, dc.tls, dc.dial)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/distlock/distlock/internal/clock"
+
 	"github.com/distlock/distlock/driver"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -311,7 +313,7 @@ func (b *backend) reposition(ctx context.Context, q, me string, rev int64) (posi
 		if cerr := ctx.Err(); cerr != nil {
 			return position{}, time.Time{}, cerr
 		}
-		if err := driver.Sleep(ctx, retryPause); err != nil {
+		if err := clock.Sleep(ctx, retryPause); err != nil {
 			return position{}, time.Time{}, err
 		}
 	}

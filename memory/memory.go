@@ -153,15 +153,15 @@ func next(m map[string]chan struct{}, key string) chan struct{} {
 }
 
 type backend struct {
-	driver.NoQueue
+	driver.Unsupported
 	s *Store
 }
 
-func (b *backend) Guarantees() distlock.Guarantees {
-	return distlock.Guarantees{
+func (b *backend) Guarantees() driver.Guarantees {
+	return driver.Guarantees{
 		Backend:       "memory",
 		TokenSource:   "per-key counter in process memory, advanced to max(counter+1, wall clock in µs)",
-		Wait:          distlock.WaitNotify,
+		Wait:          driver.WaitNotify,
 		SingleProcess: true,
 		Notes: []string{
 			"locks are visible only inside this process",
@@ -192,7 +192,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	h.timer = time.AfterFunc(req.TTL, func() { s.expire(key, h) })
 	s.locks[key] = h
 	notify(s.changed, key)
-	return driver.Grant{Token: h.token, Lost: h.lost}, nil
+	return driver.Grant{Token: int64(h.token), Lost: h.lost}, nil
 }
 
 // expire is the TTL timer: it drops h unless h was refreshed or replaced.
@@ -267,7 +267,7 @@ func (b *backend) Inspect(ctx context.Context, key string) (driver.Holder, error
 	if h == nil {
 		return driver.Holder{Waiters: -1}, nil
 	}
-	return driver.Holder{Held: true, Token: h.token, Value: h.value, TTL: time.Until(h.expires), Waiters: -1}, nil
+	return driver.Holder{Held: true, Token: int64(h.token), Value: h.value, TTL: time.Until(h.expires), Waiters: -1}, nil
 }
 
 func (s *Store) subscribe(m map[string]chan struct{}, key string) *subscription {

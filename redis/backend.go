@@ -17,7 +17,7 @@ import (
 
 // backend implements driver.Backend, with release notices.
 type backend struct {
-	driver.NoQueue
+	driver.Unsupported
 	client      goredis.UniversalClient
 	addr        string // names the server in errors (never a secret)
 	prefix      string
@@ -81,10 +81,10 @@ func (h *handle) As(target any) bool {
 	return false
 }
 
-var guarantees = distlock.Guarantees{
+var guarantees = driver.Guarantees{
 	Backend:           "redis",
 	TokenSource:       "per-key counter, advanced to max(counter+1, server TIME in µs) in the same Lua script as SET NX PX, expiring an hour past its last lock",
-	Wait:              distlock.WaitNotify,
+	Wait:              driver.WaitNotify,
 	FailuresTolerated: 0,
 	ClockDependent:    true,
 	RestartLosesLocks: true,
@@ -97,7 +97,7 @@ var guarantees = distlock.Guarantees{
 	},
 }
 
-func (b *backend) Guarantees() distlock.Guarantees {
+func (b *backend) Guarantees() driver.Guarantees {
 	g := guarantees
 	g.Notes = append([]string(nil), guarantees.Notes...)
 	g.FIFO = b.fair > 0
@@ -135,7 +135,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	if !r.Acquired {
 		return driver.Grant{}, &distlock.HeldError{Key: req.Key, RetryAfter: max(r.HolderTTL, 0)}
 	}
-	return driver.Grant{Token: r.Token, Handle: &handle{keys: k, withValue: req.Value != ""}}, nil
+	return driver.Grant{Token: int64(r.Token), Handle: &handle{keys: k, withValue: req.Value != ""}}, nil
 }
 
 // acquireOn runs one attempt on c: in the fair queue when there is one and
@@ -147,7 +147,7 @@ func (b *backend) acquireOn(ctx context.Context, c redisnode.Doer, k Keys, req d
 	return redisnode.AcquireOn(ctx, c, k, req.Owner, req.TTL, req.Value)
 }
 
-// Dequeue implements driver.Dequeuer: a waiting Acquire that ended without
+// Dequeue implements driver.Backend.Dequeue: a waiting Acquire that ended without
 // the lock leaves the fair queue (nothing to do without one).
 func (b *backend) Dequeue(ctx context.Context, key, waiter string) error {
 	if b.fair == 0 {
@@ -187,7 +187,7 @@ func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration
 	return ttl, nil
 }
 
-// RefreshBatch refreshes many locks in one pipeline (driver.BatchRefresher).
+// RefreshBatch refreshes many locks in one pipeline (driver.Backend.RefreshBatch).
 // It declines with WithWaitReplicas (each refresh needs its own WAIT) and on
 // a sharded client: a pipeline there waits for every shard, so one stalled
 // shard would cost the leases on the healthy ones.
@@ -261,7 +261,7 @@ func (b *backend) Subscribe(ctx context.Context, key string) (driver.Subscriptio
 	return b.notifier.Subscribe(ctx, key)
 }
 
-// SubscribeWaiter implements driver.WaiterSubscriber: in a fair queue a
+// SubscribeWaiter implements driver.Backend.SubscribeWaiter: in a fair queue a
 // release notice names the first waiter, and wakes only it.
 func (b *backend) SubscribeWaiter(ctx context.Context, key, waiter string) (driver.Subscription, error) {
 	if b.fair == 0 {

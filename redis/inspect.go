@@ -9,7 +9,7 @@ import (
 	"github.com/distlock/distlock/internal/redisnode"
 )
 
-// Inspect implements driver.Inspector: one read-only script on the server
+// Inspect implements driver.Backend.Inspect: one read-only script on the server
 // that owns the key (its master, on a Cluster: every key of a lock shares
 // one slot) reads the lock, its PTTL, the token counter and the holder
 // record. The record counts only when its owner is the lock's, so a value
@@ -48,9 +48,9 @@ func (b *backend) Inspect(ctx context.Context, key string) (driver.Holder, error
 		TTL: max(nl.TTL, time.Millisecond)}
 	switch {
 	case nl.Recorded:
-		h.Token = nl.Token
+		h.Token = int64(nl.Token)
 	case nl.CounterOK:
-		h.Token = nl.Counter
+		h.Token = int64(nl.Counter)
 	default:
 		return driver.Holder{}, fmt.Errorf("redis: %q is held, but its token counter is missing or not a number (evicted?)", key)
 	}

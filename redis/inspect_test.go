@@ -76,7 +76,7 @@ func TestInspectValueThroughRefreshes(t *testing.T) {
 		g.Key, g.Owner, g.TTL = req.Key, req.Owner, req.TTL
 		batch = append(batch, driver.Refresh{Grant: g, TTL: time.Minute})
 	}
-	if err := b.(driver.BatchRefresher).RefreshBatch(ctx, batch); err != nil {
+	if err := b.RefreshBatch(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * ttl) // the TTL the locks were taken with has passed
@@ -84,7 +84,7 @@ func TestInspectValueThroughRefreshes(t *testing.T) {
 		if r.Err != nil {
 			t.Fatal(r.Grant.Key, r.Err)
 		}
-		h, err := b.(driver.Inspector).Inspect(ctx, r.Grant.Key)
+		h, err := b.Inspect(ctx, r.Grant.Key)
 		want := r.Grant.Key[len("batch-"):]
 		if err != nil || !h.Held || h.Token != r.Grant.Token || h.Value != want || h.TTL < 30*time.Second {
 			t.Errorf("%s after a batch refresh to 1m: Inspect = %+v, %v; want token %d, value %q", r.Grant.Key, h, err, r.Grant.Token, want)

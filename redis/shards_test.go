@@ -50,7 +50,7 @@ func checkRefreshBatch(t *testing.T, c goredis.UniversalClient, prefix string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	br := b.(driver.BatchRefresher)
+	br := b
 	ctx := t.Context()
 	var batch []driver.Refresh
 	for i := range 10 {

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/distlock/distlock/internal/clock"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/distlock"
@@ -198,7 +200,7 @@ func (a *attempt) splitPause(ctx context.Context) {
 	if held := shortestHeld(a.t1, a.results); held > 0 {
 		pause = min(pause, held)
 	}
-	_ = driver.Sleep(ctx, pause)
+	_ = clock.Sleep(ctx, pause)
 }
 
 // joinLateYeses adds the phase-1 replies already in: nodes that said yes
@@ -244,7 +246,7 @@ func (a *attempt) phase2(ctx context.Context) (driver.Grant, error) {
 	// The portable layer's deadline is start + TTL − drift (and it gives the
 	// lock back if that has passed already): every node's lock was set
 	// after start, so it lasts at least that long by the nodes' clocks.
-	return driver.Grant{Token: token, Start: a.start, Validity: req.TTL, Handle: h}, nil
+	return driver.Grant{Token: int64(token), Start: a.start, Validity: req.TTL, Handle: h}, nil
 }
 
 // raiseVerdict is the error of a phase 2 that did not raise the token on

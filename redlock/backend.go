@@ -7,7 +7,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
 	"github.com/distlock/distlock/internal/redisnode"
 	"github.com/distlock/distlock/redis"
@@ -15,7 +14,7 @@ import (
 
 // backend implements driver.Backend (Subscribe included) over the nodes.
 type backend struct {
-	driver.NoQueue
+	driver.Unsupported
 	nodes        []*node
 	every        []int // 0 … len(nodes)-1, read only: all()
 	prefix       string
@@ -82,12 +81,12 @@ func (h *handle) As(target any) bool {
 	return false
 }
 
-func (b *backend) Guarantees() distlock.Guarantees {
+func (b *backend) Guarantees() driver.Guarantees {
 	n := len(b.nodes)
-	return distlock.Guarantees{
+	return driver.Guarantees{
 		Backend:           "redlock",
 		TokenSource:       "quorum-ordered: max of the majority's counters (each max(counter+1, server TIME in µs)), raised on a majority in phase 2",
-		Wait:              distlock.WaitNotify,
+		Wait:              driver.WaitNotify,
 		FailuresTolerated: (n - 1) / 2,
 		ClockDependent:    true,
 		RestartLosesLocks: true,

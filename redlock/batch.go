@@ -13,7 +13,7 @@ import (
 )
 
 // RefreshBatch refreshes many leases with one pipeline per node
-// (driver.BatchRefresher): each node runs the same repairing extend as
+// (driver.Backend.RefreshBatch): each node runs the same repairing extend as
 // Refresh for every lease, and each lease is then judged as Refresh judges
 // it: once a quorum of nodes answered, and after the rest (up to the node
 // timeout) only if some lease's verdict may depend on them. Waiting for a
@@ -94,7 +94,7 @@ func newExtendBatch(batch []driver.Refresh, leases []batchLease) *redisnode.Exte
 	extends := make([]redisnode.Extend, len(leases))
 	for j, l := range leases {
 		r := batch[l.k]
-		extends[j] = redisnode.Extend{Keys: l.h.keys, Owner: r.Grant.Owner, TTL: r.TTL, Token: r.Grant.Token, Nonce: l.nonce,
+		extends[j] = redisnode.Extend{Keys: l.h.keys, Owner: r.Grant.Owner, TTL: r.TTL, Token: distlock.Token(r.Grant.Token), Nonce: l.nonce,
 			Value: l.h.value, Seq: l.seq}
 	}
 	return redisnode.NewExtendBatch(extends)

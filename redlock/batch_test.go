@@ -101,10 +101,7 @@ func TestRenewalBatchDoesNotWaitForAPausedNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	br, ok := b.(driver.BatchRefresher)
-	if !ok {
-		t.Fatal("the redlock backend is not a driver.BatchRefresher")
-	}
+	br := b
 	const ttl = 10 * time.Second
 	drift := driver.Drift{Factor: distlock.DefaultDriftFactor, Min: distlock.DefaultDriftMin}
 	var batch []driver.Refresh

@@ -32,14 +32,14 @@ type batchLease struct {
 	ref   driver.Refresh
 }
 
-func batchSetup(t *testing.T, srvs []*testserver.Server, nt time.Duration) (driver.Backend, driver.BatchRefresher, []goredis.UniversalClient) {
+func batchSetup(t *testing.T, srvs []*testserver.Server, nt time.Duration) (driver.Backend, driver.Backend, []goredis.UniversalClient) {
 	t.Helper()
 	b, err := redlock.NewBackend(clients(t, srvs, false), redlock.WithNodeTimeout(nt))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	return b, b.(driver.BatchRefresher), clients(t, srvs, false)
+	return b, b, clients(t, srvs, false)
 }
 
 func batchAcquire(t *testing.T, b driver.Backend, name, class string, j int, ttl time.Duration) *batchLease {

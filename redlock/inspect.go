@@ -19,7 +19,7 @@ import (
 // default rule, applied to the time the lock has left.
 var inspectDrift = driver.Drift{Factor: distlock.DefaultDriftFactor, Min: distlock.DefaultDriftMin}
 
-// Inspect implements driver.Inspector: it reads every node at once (one
+// Inspect implements driver.Backend.Inspect: it reads every node at once (one
 // read-only script each, bounded by the node timeout) and reports a holder
 // only when a majority of the nodes hold the lock for one owner and have
 // that owner's holder record, which phase 2 of the acquire writes with the
@@ -60,7 +60,7 @@ func (b *backend) Inspect(ctx context.Context, key string) (driver.Holder, error
 	switch {
 	case v.held:
 		r := v.ttl - time.Since(start) - inspectDrift.For(v.ttl)
-		return driver.Holder{Held: true, Token: v.token, Value: v.value, TTL: max(r, time.Millisecond), Waiters: -1}, nil
+		return driver.Holder{Held: true, Token: int64(v.token), Value: v.value, TTL: max(r, time.Millisecond), Waiters: -1}, nil
 	case v.settled:
 		return driver.Holder{Waiters: -1}, nil
 	case len(t.answered)-len(t.failed) < b.quorum:

@@ -250,7 +250,7 @@ func TestInspectRefreshWritesRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	in := b.(driver.Inspector)
+	in := b
 	var batch []driver.Refresh
 	for _, v := range []string{"one", "", "three"} {
 		req := driver.Request{Key: "k-" + v, TTL: time.Minute, Owner: "owner-" + v, Value: v}
@@ -293,7 +293,7 @@ func TestInspectRefreshWritesRecords(t *testing.T) {
 	}
 	check("after single refreshes")
 	wipe()
-	if err := b.(driver.BatchRefresher).RefreshBatch(ctx, batch); err != nil {
+	if err := b.RefreshBatch(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range batch {

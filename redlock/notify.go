@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/distlock/distlock/internal/clock"
+
 	"github.com/distlock/distlock/driver"
 )
 
@@ -20,7 +22,7 @@ func (b *backend) Subscribe(ctx context.Context, key string) (driver.Subscriptio
 	return b.subscribe(ctx, key)
 }
 
-// SubscribeWaiter implements driver.WaiterSubscriber: the subscription of
+// SubscribeWaiter implements driver.Backend.SubscribeWaiter: the subscription of
 // a waiting Acquire, which its attempts can reach (waitingFor) to mute the
 // nodes of their own give-backs.
 func (b *backend) SubscribeWaiter(ctx context.Context, key, waiter string) (driver.Subscription, error) {
@@ -266,4 +268,4 @@ const mutedPoll = 500 * time.Millisecond
 // no jitter after a notice, so it is done here.
 const wakeJitter = 3 * time.Millisecond
 
-func spread(ctx context.Context) error { return driver.Sleep(ctx, rand.N(wakeJitter)) }
+func spread(ctx context.Context) error { return clock.Sleep(ctx, rand.N(wakeJitter)) }

@@ -36,7 +36,7 @@ func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration
 	// node of it, contrary to the failures Redlock tolerates. Every answer,
 	// even one after the decision, updates what the handle knows.
 	ch, dones := b.fanOutTracked(ctx, b.all(), nt, func(ctx context.Context, i int, c goredis.UniversalClient) (bool, error) {
-		r, err := redisnode.ExtendOn(ctx, c, h.keys, g.Owner, ttl, g.Token, nonce, h.value, seq)
+		r, err := redisnode.ExtendOn(ctx, c, h.keys, g.Owner, ttl, distlock.Token(g.Token), nonce, h.value, seq)
 		results[i] = r
 		switch { // learned before the reply is counted
 		case err != nil:

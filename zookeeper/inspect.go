@@ -9,7 +9,6 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/driver"
 )
 
@@ -59,7 +58,7 @@ func lowest(children []string) string {
 	return name
 }
 
-// Inspect implements driver.Inspector: the key's holder as the server the
+// Inspect implements driver.Backend.Inspect: the key's holder as the server the
 // session is connected to sees it, in two round trips (three or more only
 // when holders leave while it reads).
 func (b *backend) Inspect(ctx context.Context, key string) (driver.Holder, error) {
@@ -101,7 +100,7 @@ func (b *backend) inspect(ctx context.Context, conn *zk.Conn, dir string) (drive
 			if err != nil {
 				return driver.Holder{}, fmt.Errorf("zookeeper: read %s/%s: %w", dir, e.name, err)
 			}
-			return driver.Holder{Held: true, Token: distlock.Token(st.Czxid), Value: string(data), Waiters: len(q) - i - 1}, nil
+			return driver.Holder{Held: true, Token: st.Czxid, Value: string(data), Waiters: len(q) - i - 1}, nil
 		}
 		// Every znode read was gone: list again.
 		if err := ctx.Err(); err != nil {

@@ -301,7 +301,7 @@ func (b *backend) granted(n *node, start time.Time) (driver.Grant, error) {
 	if !b.sess.hold(n) {
 		return driver.Grant{}, errSessionLost
 	}
-	return driver.Grant{Token: distlock.Token(n.czxid), Start: start, Lost: n.epoch.lost, Handle: n}, nil
+	return driver.Grant{Token: n.czxid, Start: start, Lost: n.epoch.lost, Handle: n}, nil
 }
 
 // awaitPred sets a watch on pred, our predecessor, and waits for it to

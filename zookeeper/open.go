@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/distlock/distlock/internal/clock"
+
 	"github.com/go-zookeeper/zk"
 
 	"github.com/distlock/distlock"
@@ -52,7 +54,7 @@ func openURL(ctx context.Context, u *url.URL, opts []driver.Option) (driver.Back
 	if u.Path != "" && u.Path != "/" {
 		urlOpts = append(urlOpts, WithBasePath(strings.TrimSuffix(u.Path, "/")).DriverOption())
 	}
-	if err := driver.Reachable(ctx, servers, ConnectTimeout); err != nil {
+	if err := urlparam.Reachable(ctx, servers, ConnectTimeout); err != nil {
 		return nil, err
 	}
 	// The URL's TLS parameters amend the caller's WithTLSConfig, so they
@@ -288,7 +290,7 @@ func (b *backend) authenticate(ctx context.Context, conn *zk.Conn) error {
 		case !reconnecting(err):
 			return b.classify(fmt.Errorf("zookeeper: %s auth: %w", b.auth.scheme, err))
 		}
-		if err := driver.Sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := clock.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return driver.Unavailable(b.addr, fmt.Errorf("zookeeper: %s auth not answered within %v: %w", b.auth.scheme, ConnectTimeout, err))
 		}
 	}

@@ -43,7 +43,7 @@ func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration
 	return batch[0].Validity, batch[0].Err
 }
 
-// RefreshBatch implements driver.BatchRefresher: one round trip for the
+// RefreshBatch implements driver.Backend.RefreshBatch: one round trip for the
 // batch, with Dial (see above), or one pipelined Exists per znode.
 func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) error {
 	conn := b.conn.Load()

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/distlock/distlock/internal/clock"
+
 	"github.com/go-zookeeper/zk"
 
 	"github.com/distlock/distlock"
@@ -155,7 +157,7 @@ func readWatch(conn *zk.Conn, dir string) (dirWatch, error) {
 	return dirWatch{}, fmt.Errorf("zookeeper: watch %s: it appeared and vanished %d times", dir, watchTries)
 }
 
-// Watch implements driver.Watcher: notices of every change of key's holder,
+// Watch implements driver.Backend.Watch: notices of every change of key's holder,
 // from a watch on its directory. It costs one round trip (two while the
 // directory is missing), none if another subscription of the Locker has
 // a watch on it set.
@@ -243,7 +245,7 @@ func (s *subscription) rearm(ctx context.Context) (dirWatch, error) {
 			return dirWatch{}, fmt.Errorf("%w: zookeeper: watch on %s", distlock.ErrClosed, s.dir)
 		default:
 		}
-		if err := driver.Sleep(ctx, delay); err != nil {
+		if err := clock.Sleep(ctx, delay); err != nil {
 			return dirWatch{}, err
 		}
 		delay = min(2*delay, rearmRetryMax)

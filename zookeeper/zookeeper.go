@@ -91,7 +91,7 @@ func newOnConn(conn *zk.Conn, opts []driver.Option, release time.Duration) (*bac
 
 // backend implements driver.Backend, with a server-side queue (Lock).
 type backend struct {
-	driver.NoNotice
+	driver.Unsupported
 	conn  atomic.Pointer[zk.Conn]
 	owned bool   // Dial made conn, so Close closes it
 	addr  string // the servers, as errors name them
@@ -117,7 +117,7 @@ type backend struct {
 	// held znode (refresh.go). With New they come late or not at all.
 	watches bool
 	logger  *slog.Logger
-	g       distlock.Guarantees
+	g       driver.Guarantees
 
 	sess    sessionState
 	janitor janitor
@@ -189,10 +189,10 @@ func newBackend(o driver.Settings, timeout time.Duration, owned bool, ensemble i
 	}
 	b.sess.init(b)
 	b.janitor.init(b)
-	b.g = distlock.Guarantees{
+	b.g = driver.Guarantees{
 		Backend:           "zookeeper",
 		TokenSource:       "czxid of the lock znode (64-bit, ensemble-wide)",
-		Wait:              distlock.WaitQueue,
+		Wait:              driver.WaitQueue,
 		FIFO:              true,
 		FailuresTolerated: (ensemble - 1) / 2,
 		SessionTTL:        true,
@@ -233,7 +233,7 @@ func (b *backend) start() {
 	go b.janitor.run()
 }
 
-func (b *backend) Guarantees() distlock.Guarantees {
+func (b *backend) Guarantees() driver.Guarantees {
 	g := b.g
 	g.Notes = append([]string(nil), g.Notes...)
 	return g

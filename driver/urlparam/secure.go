@@ -4,10 +4,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"github.com/distlock/distlock/driver"
 	"net/url"
 	"os"
 	"strings"
+
+	"github.com/distlock/distlock/driver"
 )
 
 // TLS and credentials in URLs: one set of query parameters for every

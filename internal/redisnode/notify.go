@@ -136,7 +136,7 @@ func (n *Notifier) Subscribe(ctx context.Context, key string) (driver.Subscripti
 // SubscribeWaiter is Subscribe for one waiter of a fair queue: a notice
 // addressed to another waiter (the release script names the first one)
 // does not wake it; notices addressed to nobody do. It implements
-// driver.WaiterSubscriber.
+// driver.Backend.SubscribeWaiter.
 func (n *Notifier) SubscribeWaiter(ctx context.Context, key, waiter string) (driver.Subscription, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
