@@ -10,8 +10,10 @@ import (
 // trip.
 //
 // Every capability is a method here, so a wrapper that embeds a Backend
-// forwards all of them. A backend without one embeds [Unsupported], whose
-// methods return ErrUnsupported; the portable layer then does without it.
+// forwards all of them (one that changes Refresh or Subscribe must change
+// RefreshBatch or SubscribeWaiter alike). A backend without one embeds
+// [Unsupported], whose methods return ErrUnsupported; the portable layer
+// then does without it.
 // TryLock, Refresh, Unlock, Inspect, Guarantees and Close are required.
 //
 // A backend must not keep a lock alive on its own: a lock that is not
