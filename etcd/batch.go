@@ -20,7 +20,6 @@ const (
 	checkBatch = 64
 )
 
-
 // RefreshBatch refreshes many locks as Refresh would, each lock on its own
 // lease still, in a few round trips: the keep-alives of all their leases
 // pipelined on a few lease streams, then one transaction per 64 locks that
