@@ -2,13 +2,13 @@ package fencing
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"reflect"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/distlock/distlock/internal/pgerr"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -65,12 +65,6 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
-// deniedCodes are the SQLSTATEs of a database refusing the role:
-// invalid_password (28P01), invalid_authorization_specification (28000: no
-// pg_hba.conf entry, a role that may not log in, a client certificate
-// refused) and insufficient_privilege (42501).
-var deniedCodes = map[string]bool{"28P01": true, "28000": true, "42501": true}
-
 // dbError is an error of the database, wrapped with what this package was
 // doing. The database's error stays in the chain (errors.As finds its
 // *pgconn.PgError); the refusal of the role, or of the server's
@@ -83,25 +77,7 @@ func (e *dbError) Unwrap() error { return e.err }
 // Is makes a refusal match distlock.ErrAccessDenied: retrying it cannot
 // help, unlike a lost connection.
 func (e *dbError) Is(target error) bool {
-	if target != distlock.ErrAccessDenied {
-		return false
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(e.err, &pgErr) {
-		return deniedCodes[pgErr.Code]
-	}
-	return certificateRefused(e.err)
-}
-
-// certificateRefused reports whether err is the client refusing the
-// server's certificate: pgx's sslmode=verify-full checks it in the TLS
-// handshake, verify-ca with x509 itself.
-func certificateRefused(err error) bool {
-	var verify *tls.CertificateVerificationError
-	var authority x509.UnknownAuthorityError
-	var host x509.HostnameError
-	var invalid x509.CertificateInvalidError
-	return errors.As(err, &verify) || errors.As(err, &authority) || errors.As(err, &host) || errors.As(err, &invalid)
+	return target == distlock.ErrAccessDenied && pgerr.Denied(e.err)
 }
 
 // dbErr is fmt.Errorf(format, args...), whose %w is an error of the

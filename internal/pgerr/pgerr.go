@@ -1,0 +1,45 @@
+// Package pgerr sorts PostgreSQL client errors for the packages that talk
+// to PostgreSQL (fencing, postgres): refusals that retrying cannot help.
+package pgerr
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// deniedCodes are the SQLSTATEs of a database refusing the role:
+// invalid_password (28P01), invalid_authorization_specification (28000: no
+// pg_hba.conf entry, a role that may not log in, a client certificate
+// refused) and insufficient_privilege (42501).
+var deniedCodes = map[string]bool{"28P01": true, "28000": true, "42501": true}
+
+// Denied reports whether err is the database refusing the role, or the
+// client refusing the server's certificate.
+func Denied(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return deniedCodes[pgErr.Code]
+	}
+	return certificateRefused(err)
+}
+
+// certificateRefused reports whether err is the client refusing the
+// server's certificate: pgx's sslmode=verify-full checks it in the TLS
+// handshake, verify-ca with x509 itself.
+func certificateRefused(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var authority x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	return errors.As(err, &verify) || errors.As(err, &authority) || errors.As(err, &host) || errors.As(err, &invalid)
+}
+
+// Answered reports whether err carries an answer of the server (a
+// *pgconn.PgError): the server was reached.
+func Answered(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr)
+}

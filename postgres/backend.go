@@ -1,0 +1,189 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/internal/pgerr"
+)
+
+// backend implements driver.Backend on a lock table, with release notices.
+type backend struct {
+	driver.Unsupported
+	pool      *pgxpool.Pool // shared; closed by Close only when closePool
+	sql       *statements
+	addr      string // names the server in errors (never a secret)
+	closePool bool
+	notices   *listener // nil with WithNotify(false)
+}
+
+// handle is a grant's state: what a lease-bound transaction checks.
+type handle struct {
+	sql        *statements
+	key, owner string
+	token      int64
+}
+
+// As sets *LeaseRow to the lock's row, for WithLease.
+func (h *handle) As(target any) bool {
+	if r, ok := target.(*LeaseRow); ok {
+		*r = LeaseRow{sql: h.sql, Key: h.key, Owner: h.owner, Token: distlock.Token(h.token)}
+		return true
+	}
+	return false
+}
+
+func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
+
+func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	var token, left int64
+	err := b.pool.QueryRow(ctx, b.sql.acquire, req.Key, req.Owner, micros(req.TTL), []byte(req.Value)).Scan(&token, &left)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows): // held by a grant our snapshot does not show yet
+		return driver.Grant{}, &distlock.HeldError{Key: req.Key}
+	case err != nil:
+		return driver.Grant{}, b.classify("acquire", err)
+	case token == 0:
+		return driver.Grant{}, &distlock.HeldError{Key: req.Key, RetryAfter: time.Duration(left) * time.Microsecond}
+	}
+	return driver.Grant{Token: token, Handle: &handle{sql: b.sql, key: req.Key, owner: req.Owner, token: token}}, nil
+}
+
+func (b *backend) Refresh(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
+	tag, err := b.pool.Exec(ctx, b.sql.refresh, g.Key, g.Owner, g.Token, micros(ttl))
+	if err != nil {
+		return 0, b.classify("refresh", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return 0, fmt.Errorf("%w: postgres: %q expired or taken over", distlock.ErrNotHeld, g.Key)
+	}
+	return ttl, nil
+}
+
+// RefreshBatch refreshes the batch in one statement.
+func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) error {
+	keys := make([]string, len(batch))
+	owners := make([]string, len(batch))
+	tokens := make([]int64, len(batch))
+	ttls := make([]int64, len(batch))
+	for i, r := range batch {
+		keys[i], owners[i], tokens[i], ttls[i] = r.Grant.Key, r.Grant.Owner, r.Grant.Token, micros(r.TTL)
+	}
+	rows, err := b.pool.Query(ctx, b.sql.refreshBatch, keys, owners, tokens, ttls)
+	if err != nil {
+		return b.classify("refresh", err)
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return b.classify("refresh", err)
+	}
+	refreshed := make([]bool, len(batch))
+	for _, i := range done {
+		refreshed[i-1] = true // ORDINALITY counts from 1
+	}
+	for i := range batch {
+		if refreshed[i] {
+			batch[i].Validity = batch[i].TTL
+		} else {
+			batch[i].Err = fmt.Errorf("%w: postgres: %q expired or taken over", distlock.ErrNotHeld, batch[i].Grant.Key)
+		}
+	}
+	return nil
+}
+
+func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
+	if g.Handle == nil { // an attempt whose outcome is unknown
+		_, err := b.pool.Exec(ctx, b.sql.giveBack, g.Key, g.Owner, b.sql.channel)
+		return b.classify("give back", err)
+	}
+	tag, err := b.pool.Exec(ctx, b.sql.release, g.Key, g.Owner, g.Token, b.sql.channel)
+	if err != nil {
+		return b.classify("release", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: postgres: %q expired or taken over", distlock.ErrNotHeld, g.Key)
+	}
+	return nil
+}
+
+func (b *backend) Inspect(ctx context.Context, key string) (driver.Holder, error) {
+	var h driver.Holder
+	var left int64
+	var value []byte
+	err := b.pool.QueryRow(ctx, b.sql.inspect, key).Scan(&h.Held, &h.Token, &value, &left)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return driver.Holder{Waiters: -1}, nil
+	case err != nil:
+		return driver.Holder{}, b.classify("inspect", err)
+	case !h.Held:
+		return driver.Holder{Waiters: -1}, nil
+	}
+	h.Value = string(value)
+	h.TTL = max(time.Duration(left)*time.Microsecond, time.Microsecond)
+	h.Waiters = -1
+	return h, nil
+}
+
+func (b *backend) Subscribe(ctx context.Context, key string) (driver.Subscription, error) {
+	if b.notices == nil {
+		return nil, driver.ErrUnsupported
+	}
+	return b.notices.subscribe(ctx, key)
+}
+
+var guarantees = driver.Guarantees{
+	Backend:           "postgres",
+	TokenSource:       "the lock row: max(last token + 1, database clock in µs)",
+	Wait:              driver.WaitNotify,
+	FailuresTolerated: 0,
+	RestartLosesLocks: true,
+	Notes: []string{
+		"expiry is judged by the database's clock; locks survive a restart of a durable server",
+		"a failover to an asynchronous replica may drop the latest grants; tokens still rise if the new primary's clock is past them",
+		"WithLease runs a transaction that commits only while the lease holds, by the database's clock",
+	},
+}
+
+func (b *backend) Guarantees() driver.Guarantees { return guarantees }
+
+func (b *backend) Close() error {
+	if b.notices != nil {
+		b.notices.close()
+	}
+	if b.closePool {
+		b.pool.Close()
+	}
+	return nil
+}
+
+// As reaches the pool: *(*pgxpool.Pool).
+func (b *backend) As(target any) bool {
+	if p, ok := target.(**pgxpool.Pool); ok {
+		*p = b.pool
+		return true
+	}
+	return false
+}
+
+// classify wraps err of what the backend was doing: a refusal of the role
+// or of the certificate matches ErrAccessDenied, a server not reached
+// ErrUnavailable.
+func (b *backend) classify(what string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case pgerr.Denied(err):
+		return driver.AccessDenied(b.addr, fmt.Errorf("postgres: %s: %w", what, err))
+	case pgerr.Answered(err), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("postgres: %s: %w", what, err)
+	}
+	return driver.Unavailable(b.addr, fmt.Errorf("postgres: %s: %w", what, err))
+}
