@@ -7,6 +7,7 @@ package all
 import (
 	_ "github.com/distlock/distlock/etcd"      // etcd://
 	_ "github.com/distlock/distlock/memory"    // mem://
+	_ "github.com/distlock/distlock/postgres"  // postgres://, postgresql://
 	_ "github.com/distlock/distlock/redis"     // redis://, rediss://
 	_ "github.com/distlock/distlock/redlock"   // redlock://
 	_ "github.com/distlock/distlock/zookeeper" // zk://

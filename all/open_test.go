@@ -65,11 +65,12 @@ func TestOpenUnavailable(t *testing.T) {
 	// a holds three addresses, all refused or all tarpits: Redlock refuses
 	// a server named twice.
 	urls := map[string]func(a []string) string{
-		"redis":   func(a []string) string { return "redis://" + a[0] },
-		"rediss":  func(a []string) string { return "rediss://" + a[0] },
-		"redlock": func(a []string) string { return "redlock://" + strings.Join(a, ",") },
-		"etcd":    func(a []string) string { return "etcd://" + a[0] + "/" },
-		"zk":      func(a []string) string { return "zk://" + a[0] + "/locks" },
+		"redis":    func(a []string) string { return "redis://" + a[0] },
+		"rediss":   func(a []string) string { return "rediss://" + a[0] },
+		"redlock":  func(a []string) string { return "redlock://" + strings.Join(a, ",") },
+		"etcd":     func(a []string) string { return "etcd://" + a[0] + "/" },
+		"zk":       func(a []string) string { return "zk://" + a[0] + "/locks" },
+		"postgres": func(a []string) string { return "postgres://app@" + a[0] + "/app" },
 	}
 	for scheme, mk := range urls {
 		for _, server := range []string{"refused", "tarpit"} {

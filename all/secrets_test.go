@@ -39,6 +39,9 @@ func TestOpenErrorsNeverShowThePassword(t *testing.T) {
 		"mem://u:" + secret + "@?ttl=-1s",
 		"redis://user:" + secret + "@" + refused + "?fence_epoch=-3",
 		"postgres://app:" + secret + "@" + refused + "/db",
+		"postgres://app:" + secret + "@" + refused + "/db?sslmode=bogus",
+		"postgresql://app:" + secret + "@" + refused + "/db?table=Bad&notify=maybe",
+		"postgres://app:4242/" + secret + "@" + refused + "/db",
 		// A password with '/', '#' or '?' not percent-encoded: url.Parse
 		// ends the userinfo early and reads the rest as host, path or
 		// query, and its own error quotes what it found there.

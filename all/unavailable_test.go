@@ -22,11 +22,17 @@ func TestAcquireWaitsOutUnavailableServer(t *testing.T) {
 		{"redis", func(t *testing.T) *testserver.Server { return testserver.Redis(t) }},
 		{"etcd", func(t *testing.T) *testserver.Server { return testserver.Etcd(t) }},
 		{"zk", func(t *testing.T) *testserver.Server { return testserver.ZooKeeper(t) }},
+		{"postgres", func(t *testing.T) *testserver.Server { return testserver.Postgres(t) }},
 	} {
 		t.Run(c.scheme, func(t *testing.T) {
 			srv := c.start(t)
 			url := c.scheme + "://" + srv.Addr()
-			if c.scheme != "redis" {
+			switch c.scheme {
+			case "postgres":
+				url = srv.DSN()
+				migrate(t, url)
+			case "redis":
+			default:
 				url += "/"
 			}
 			l, err := distlock.Open(t.Context(), url, distlock.WithTTL(5*time.Second))

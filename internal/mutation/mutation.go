@@ -10,7 +10,7 @@
 //
 // The names: owner-reuse, token-restart, equal-token-accepted, no-giveback,
 // zk-requested-timeout, redlock-no-repair, guard-skipped, etcd-no-keepalive,
-// refresh-unordered.
+// refresh-unordered, lease-unchecked.
 package mutation
 
 import "time"

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -37,9 +38,14 @@ func certificateRefused(err error) bool {
 	return errors.As(err, &verify) || errors.As(err, &authority) || errors.As(err, &host) || errors.As(err, &invalid)
 }
 
-// Answered reports whether err carries an answer of the server (a
-// *pgconn.PgError): the server was reached.
+// Answered reports whether err is an answer of a server at work (a
+// *pgconn.PgError other than a connection failure, a server shutting down
+// or starting up, or too many connections): retrying would not change it.
 func Answered(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr)
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	c := pgErr.Code
+	return !strings.HasPrefix(c, "08") && !strings.HasPrefix(c, "57P") && c != "53300"
 }
