@@ -3,6 +3,7 @@ package urlparam
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -186,4 +187,15 @@ func secretParam(name string) bool {
 	n := strings.ToLower(name)
 	return (strings.Contains(n, "password") || strings.Contains(n, "secret") || strings.Contains(n, "token")) &&
 		!strings.HasSuffix(n, "_file")
+}
+
+// CertificateRefused reports whether err is the client refusing the
+// server's certificate (an unknown authority, a wrong host name, an
+// invalid certificate), as the TLS handshake or x509 reports it.
+func CertificateRefused(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var authority x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	return errors.As(err, &verify) || errors.As(err, &authority) || errors.As(err, &host) || errors.As(err, &invalid)
 }

@@ -3,12 +3,12 @@
 package pgerr
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/distlock/distlock/driver/urlparam"
 )
 
 // deniedCodes are the SQLSTATEs of a database refusing the role:
@@ -24,18 +24,7 @@ func Denied(err error) bool {
 	if errors.As(err, &pgErr) {
 		return deniedCodes[pgErr.Code]
 	}
-	return certificateRefused(err)
-}
-
-// certificateRefused reports whether err is the client refusing the
-// server's certificate: pgx's sslmode=verify-full checks it in the TLS
-// handshake, verify-ca with x509 itself.
-func certificateRefused(err error) bool {
-	var verify *tls.CertificateVerificationError
-	var authority x509.UnknownAuthorityError
-	var host x509.HostnameError
-	var invalid x509.CertificateInvalidError
-	return errors.As(err, &verify) || errors.As(err, &authority) || errors.As(err, &host) || errors.As(err, &invalid)
+	return urlparam.CertificateRefused(err)
 }
 
 // Answered reports whether err is an answer of a server at work (a

@@ -3,7 +3,6 @@ package redisnode
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/driver/urlparam"
 )
 
 // Denied reports whether err is the server refusing the client rather than
@@ -50,11 +50,7 @@ func deniedCause(err error) string {
 
 // tlsCause names the TLS failure in err, "" if it is none.
 func tlsCause(err error) string {
-	var verify *tls.CertificateVerificationError
-	var unknownCA x509.UnknownAuthorityError
-	var hostname x509.HostnameError
-	var invalid x509.CertificateInvalidError
-	if errors.As(err, &verify) || errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) {
+	if urlparam.CertificateRefused(err) {
 		return "TLS: the server's certificate is not trusted (ca_file, server_name)"
 	}
 	var alert tls.AlertError
