@@ -3,26 +3,40 @@ package postgres_test
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/distlock/distlock/internal/mutation"
 )
 
-// The lease-bound transaction tests see the bug of a WithLease that skips
-// its lease checks: built with the mutation on, they fail.
-func TestLeaseCheckMutationCaught(t *testing.T) {
+// The tests see the bugs put back by the postgres mutations: the test
+// binary built with -tags distlock_mutations fails each named test, with
+// the message of the claim it breaks, when that mutation is on.
+func TestMutationsCaught(t *testing.T) {
 	if mutation.Enabled {
 		t.Skip("this is the mutant's run")
 	}
-	cmd := exec.Command("go", "test", "-count=1", "-tags", "distlock_mutations",
-		"-run", "^TestWithLease$/^ExpiredBeforeAnyNewHolder$", ".")
-	cmd.Env = append(os.Environ(), "DISTLOCK_MUTATION=lease-unchecked")
-	out, err := cmd.CombinedOutput()
-	if err == nil {
-		t.Fatalf("the tests pass with WithLease's checks removed:\n%s", out)
+	bin := filepath.Join(t.TempDir(), "postgres.test")
+	if out, err := exec.Command("go", "test", "-c", "-tags", "distlock_mutations", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building the mutant: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "expired lease, no newer holder") {
-		t.Fatalf("the mutant failed, but not on the lease check:\n%s", out)
+	for _, m := range []struct{ mutation, test, want string }{
+		// WithLease without its checks commits an expired lease's write.
+		{"lease-unchecked", "^TestWithLease$/^ExpiredBeforeAnyNewHolder$", "expired lease, no newer holder"},
+		// Tokens from the row's counter alone fall back after a failover.
+		{"pg-token-counter", "^TestFailoverToLaggingReplica$", "not above the lost grant's"},
+	} {
+		t.Run(m.mutation, func(t *testing.T) {
+			cmd := exec.Command(bin, "-test.count=1", "-test.run", m.test)
+			cmd.Env = append(os.Environ(), "DISTLOCK_MUTATION="+m.mutation)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("%s passes with %s on:\n%s", m.test, m.mutation, out)
+			}
+			if !strings.Contains(string(out), m.want) {
+				t.Fatalf("the mutant failed, but not with %q:\n%s", m.want, out)
+			}
+		})
 	}
 }

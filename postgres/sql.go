@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/internal/mutation"
 )
 
 // DefaultTable is the lock table used when WithTable is not given.
@@ -48,6 +49,7 @@ func newStatements(name string) (*statements, error) {
 	}
 	t := pgx.Identifier(strings.Split(name, ".")).Sanitize()
 	now := `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
+	next := mutation.Pick("pg-token-counter", "l.token + 1", "greatest(l.token + 1, excluded.token)") // mutation: pg-token-counter
 	return &statements{
 		table:   t,
 		channel: channelOf(name),
@@ -65,7 +67,7 @@ func newStatements(name string) (*statements, error) {
 	INSERT INTO ` + t + ` AS l (key, owner, token, value, expires_at)
 	VALUES ($1, $2, ` + now + `, $4, clock_timestamp() + $3 * interval '1 microsecond')
 	ON CONFLICT (key) DO UPDATE
-		SET owner = excluded.owner, token = greatest(l.token + 1, excluded.token),
+		SET owner = excluded.owner, token = ` + next + `,
 			value = excluded.value, expires_at = excluded.expires_at
 		WHERE (l.owner IS NULL OR l.expires_at <= clock_timestamp()) AND l.refused IS DISTINCT FROM excluded.owner
 	RETURNING l.token

@@ -10,7 +10,7 @@
 //
 // The names: owner-reuse, token-restart, equal-token-accepted, no-giveback,
 // zk-requested-timeout, redlock-no-repair, guard-skipped, etcd-no-keepalive,
-// refresh-unordered, lease-unchecked.
+// refresh-unordered, lease-unchecked, pg-token-counter.
 package mutation
 
 import "time"

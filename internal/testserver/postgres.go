@@ -201,21 +201,9 @@ func pgSpec(cfg *config) (spec, error) { return pgSpecWith(cfg, nil) }
 // pgSpecWith describes one PostgreSQL server under cfg, secured by sec
 // unless sec is nil.
 func pgSpecWith(cfg *config, sec *pgSecurity) (spec, error) {
-	postgres, err := lookBinary("postgres", append(pgBinaries(), "postgres")...)
+	postgres, cred, err := pgBinary()
 	if err != nil {
 		return spec{}, err
-	}
-	// postgres refuses to run as root, so when the tests run as root (as in
-	// containers) initdb and the server run as the postgres OS user instead.
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return spec{}, &missingError{"running as root, and there is no postgres user to run PostgreSQL as"}
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	}
 	return spec{
 		kind: "postgres", nports: 1, timeout: 15 * time.Second,
@@ -223,18 +211,31 @@ func pgSpecWith(cfg *config, sec *pgSecurity) (spec, error) {
 	}, nil
 }
 
+// pgBinary finds the postgres binary and the OS user to run it as: when
+// the tests run as root (as in containers), postgres refuses to, so initdb
+// and the server run as the postgres OS user instead (cred non-nil).
+func pgBinary() (postgres string, cred *syscall.Credential, err error) {
+	postgres, err = lookBinary("postgres", append(pgBinaries(), "postgres")...)
+	if err != nil {
+		return "", nil, err
+	}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return "", nil, &missingError{"running as root, and there is no postgres user to run PostgreSQL as"}
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	}
+	return postgres, cred, nil
+}
+
 // pgSetup makes a new cluster in s's directory with initdb and fills in how
 // to start the server and when it is ready.
 func pgSetup(s *Server, postgres string, cred *syscall.Credential, fsync bool, sec *pgSecurity) error {
-	if cred != nil {
-		// The test's temp dirs belong to root with mode 0700: let the
-		// postgres user through the parent and give it the server's dir.
-		if err := os.Chmod(filepath.Dir(s.dir), 0o711); err != nil {
-			return err
-		}
-		if err := os.Chown(s.dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return err
-		}
+	if err := giveDir(s, cred); err != nil {
+		return err
 	}
 	data := filepath.Join(s.dir, "data")
 	// --no-sync skips initdb's final flush of the new cluster to disk,
@@ -264,6 +265,26 @@ func pgSetup(s *Server, postgres string, cred *syscall.Credential, fsync bool, s
 			return err
 		}
 	}
+	pgConfigure(s, postgres, cred, fsync, settings)
+	return nil
+}
+
+// giveDir lets cred's user (if any) through the test's temp dir, which
+// belongs to root with mode 0700, and gives it s's directory.
+func giveDir(s *Server, cred *syscall.Credential) error {
+	if cred == nil {
+		return nil
+	}
+	if err := os.Chmod(filepath.Dir(s.dir), 0o711); err != nil {
+		return err
+	}
+	return os.Chown(s.dir, int(cred.Uid), int(cred.Gid))
+}
+
+// pgConfigure fills in how to start s on the cluster in its data
+// directory, and when it is ready.
+func pgConfigure(s *Server, postgres string, cred *syscall.Credential, fsync bool, settings []string) {
+	data := filepath.Join(s.dir, "data")
 	// A Unix socket path is limited to 107 bytes; with a long test name
 	// there is none, which is fine since clients use TCP.
 	sockDir := s.dir
@@ -285,7 +306,6 @@ func pgSetup(s *Server, postgres string, cred *syscall.Credential, fsync bool, s
 		var one int
 		return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
 	}
-	return nil
 }
 
 func onOff(b bool) string {
