@@ -7,9 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/distlock/distlock"
 	_ "github.com/distlock/distlock/all" // every backend for distlock.Open
 	"github.com/distlock/distlock/internal/testserver"
+	"github.com/distlock/distlock/postgres"
 )
 
 // TTL is the lease TTL of every scenario: short, so that a pause of a few
@@ -44,6 +47,7 @@ func Backends() []BackendSpec {
 		{Name: "etcd3", Scheme: "etcd", Start: startEtcd(3)},
 		{Name: "zookeeper", Scheme: "zk", Start: startZK(1)},
 		{Name: "zookeeper3", Scheme: "zk", Start: startZK(3)},
+		{Name: "postgres", Scheme: "postgres", Start: startPostgres},
 	}
 }
 
@@ -124,6 +128,29 @@ func startZK(n int) func(t testing.TB) *Target {
 		tg.Guarantees = guarantees(t, tg)
 		return tg
 	}
+}
+
+// startPostgres starts the lock server of the postgres backend (not the
+// harness's own database) and creates its lock table.
+func startPostgres(t testing.TB) *Target {
+	s := testserver.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, s.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := postgres.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	tg := &Target{Backend: "postgres", Servers: []*testserver.Server{s}, TTL: TTL, Renew: TTL / 3, proxyable: true,
+		Linger: 500 * time.Millisecond,
+		URL: func(a []string) string {
+			return "postgres://postgres@" + a[0] + "/postgres?sslmode=disable&connect_timeout=1"
+		}}
+	tg.Guarantees = guarantees(t, tg)
+	return tg
 }
 
 // guarantees opens the target once in this process to read what the

@@ -50,6 +50,7 @@ func matrix() []struct {
 		{by["etcd3"], []Fault{LoseMinority()}},
 		{by["zookeeper"], []Fault{holder, server, restart, hole, slow}},
 		{by["zookeeper3"], []Fault{LoseMinority()}},
+		{by["postgres"], []Fault{holder, restart, hole}},
 	}
 }
 

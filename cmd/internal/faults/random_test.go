@@ -27,7 +27,7 @@ func randomBackends() []BackendSpec {
 	var out []BackendSpec
 	for _, b := range Backends() {
 		switch b.Name {
-		case "redis", "redlock", "etcd", "etcd3", "zookeeper", "zookeeper3":
+		case "redis", "redlock", "etcd", "etcd3", "zookeeper", "zookeeper3", "postgres":
 			out = append(out, b)
 		}
 	}
