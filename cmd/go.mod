@@ -21,6 +21,7 @@ go 1.26.0
 tool github.com/fzipp/gocyclo/cmd/gocyclo
 
 require (
+	cirello.io/pglock v1.16.0
 	github.com/fzipp/gocyclo v0.6.0
 	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/anishathalye/porcupine v1.3.1
@@ -29,6 +30,7 @@ require (
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/lib/pq v1.10.9
 	github.com/prometheus/client_golang v1.13.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/rs/zerolog v1.28.0

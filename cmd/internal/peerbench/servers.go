@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/distlock/distlock/internal/testserver"
+	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -50,6 +51,9 @@ func startServers(ctx context.Context, c config) *servers {
 			cl, err := testserver.StartCluster(sctx, p.kind, p.servers, c.dir)
 			mu.Lock()
 			defer mu.Unlock()
+			if err == nil && p.kind == testserver.KindPostgres {
+				err = preparePostgres(sctx, cl.Endpoints()[0])
+			}
 			if err != nil {
 				s.missing[p.id] = err
 				return
@@ -89,6 +93,16 @@ func serverVersion(ctx context.Context, kind testserver.Kind, addr string) strin
 		st, err := c.Status(ctx, addr)
 		if err == nil {
 			return "etcd " + st.Version
+		}
+	case testserver.KindPostgres:
+		conn, err := pgx.Connect(ctx, pgDSN(addr))
+		if err != nil {
+			break
+		}
+		defer conn.Close(context.Background())
+		var v string
+		if conn.QueryRow(ctx, "SHOW server_version").Scan(&v) == nil {
+			return "PostgreSQL " + v
 		}
 	case testserver.KindZooKeeper:
 		var d net.Dialer
