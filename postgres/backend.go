@@ -48,6 +48,8 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	switch {
 	case errors.Is(err, pgx.ErrNoRows): // held by a grant our snapshot does not show yet
 		return driver.Grant{}, &distlock.HeldError{Key: req.Key}
+	case pgerr.Conflict(err): // REPEATABLE READ or SERIALIZABLE: the row changed under the attempt
+		return driver.Grant{}, &distlock.HeldError{Key: req.Key}
 	case err != nil:
 		return driver.Grant{}, b.classify("acquire", err)
 	case token == 0:
@@ -80,13 +82,19 @@ func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) erro
 	if err != nil {
 		return b.classify("refresh", err)
 	}
-	done, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	type grant struct {
+		key, owner string
+		token      int64
+	}
+	done := map[grant]bool{}
+	var g grant
+	_, err = pgx.ForEachRow(rows, []any{&g.key, &g.owner, &g.token}, func() error { done[g] = true; return nil })
 	if err != nil {
 		return b.classify("refresh", err)
 	}
 	refreshed := make([]bool, len(batch))
-	for _, i := range done {
-		refreshed[i-1] = true // ORDINALITY counts from 1
+	for i := range batch {
+		refreshed[i] = done[grant{keys[i], owners[i], tokens[i]}]
 	}
 	for i := range batch {
 		if refreshed[i] {
@@ -100,10 +108,13 @@ func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) erro
 
 func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	if g.Handle == nil { // an attempt whose outcome is unknown
-		_, err := b.pool.Exec(ctx, b.sql.giveBack, g.Key, g.Owner, b.sql.channel)
+		_, err := b.pool.Exec(ctx, b.sql.giveBack, g.Key, g.Owner)
+		if pgerr.Conflict(err) { // taken nothing yet: the portable layer asks again
+			return fmt.Errorf("%w: postgres: give back %q: %w", distlock.ErrNotHeld, g.Key, err)
+		}
 		return b.classify("give back", err)
 	}
-	tag, err := b.pool.Exec(ctx, b.sql.release, g.Key, g.Owner, g.Token, b.sql.channel)
+	tag, err := b.pool.Exec(ctx, b.sql.release, g.Key, g.Owner, g.Token)
 	if err != nil {
 		return b.classify("release", err)
 	}

@@ -20,6 +20,7 @@ import (
 // token is above the lost one, so the fence refuses the holder whose grant
 // was lost and accepts the new one.
 func TestFailoverToLaggingReplica(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	primary := testserver.Postgres(t, testserver.WithPostgresFsync(false))
 	setup := newPool(t, primary.DSN())

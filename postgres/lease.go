@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/fencing"
@@ -50,6 +51,11 @@ func WithLease(ctx context.Context, db fencing.Beginner, lease *distlock.Lease, 
 	case !lease.As(&row):
 		return fmt.Errorf("%w: postgres: WithLease takes a lease of the postgres backend", distlock.ErrInvalidOption)
 	}
+	if _, nested := db.(pgx.Tx); nested {
+		// Its Begin is a savepoint: the outer COMMIT, later, would keep
+		// writes made after the lease ended.
+		return fmt.Errorf("%w: postgres: WithLease needs a pool or a connection, not a transaction", distlock.ErrInvalidOption)
+	}
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("postgres: begin: %w", err)
@@ -59,7 +65,7 @@ func WithLease(ctx context.Context, db fencing.Beginner, lease *distlock.Lease, 
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	if err := row.check(ctx, tx, row.sql.holdShare); err != nil && !mutation.On("lease-unchecked") { // mutation: lease-unchecked
+	if err := row.hold(ctx, tx); err != nil && !mutation.On("lease-unchecked") { // mutation: lease-unchecked
 		return err
 	}
 	defer func() {
@@ -71,24 +77,42 @@ func WithLease(ctx context.Context, db fencing.Beginner, lease *distlock.Lease, 
 	if err := fn(tx); err != nil {
 		return err
 	}
-	if err := row.check(ctx, tx, row.sql.stillHeld); err != nil && !mutation.On("lease-unchecked") { // mutation: lease-unchecked
-		return err
+	if mutation.On("lease-unchecked") { // mutation: lease-unchecked
+		return tx.Commit(ctx)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("postgres: commit: %w", err)
-	}
-	return nil
+	return row.commit(ctx, tx)
 }
 
-// check runs query on the lease's row: nil while the lease holds.
-func (r *LeaseRow) check(ctx context.Context, tx pgx.Tx, query string) error {
+// hold locks the lease's row FOR SHARE: nil while the lease holds.
+func (r *LeaseRow) hold(ctx context.Context, tx pgx.Tx) error {
 	var held bool
-	err := tx.QueryRow(ctx, query, r.Key, r.Owner, int64(r.Token)).Scan(&held)
+	var key, owner, token string
+	err := tx.QueryRow(ctx, r.sql.holdShare, r.Key, r.Owner, int64(r.Token)).Scan(&held, &key, &owner, &token)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) || (err == nil && !held):
-		return fmt.Errorf("%w: %q (token %d)", ErrLeaseExpired, r.Key, r.Token)
+		return r.expired()
 	case err != nil:
 		return fmt.Errorf("postgres: reading the lock row of %q: %w", r.Key, err)
 	}
 	return nil
+}
+
+// commit checks the lease once more and commits, in one string the server
+// runs through: nothing the client does can come between the two.
+func (r *LeaseRow) commit(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, r.sql.commitHeld, pgx.QueryExecModeSimpleProtocol)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == leaseExpiredCode:
+		return r.expired()
+	case err != nil:
+		return fmt.Errorf("postgres: commit: %w", err)
+	}
+	// The server has committed; this only hands the connection back.
+	_ = tx.Rollback(ctx)
+	return nil
+}
+
+func (r *LeaseRow) expired() error {
+	return fmt.Errorf("%w: %q (token %d)", ErrLeaseExpired, r.Key, r.Token)
 }

@@ -43,6 +43,7 @@ func dataRow(t testing.TB, pool *pgxpool.Pool) string {
 }
 
 func TestWithLease(t *testing.T) {
+	t.Parallel()
 	dsn, admin := server(t)
 	mustExec(t, admin, `CREATE TABLE data (id int PRIMARY KEY, v text NOT NULL)`, `INSERT INTO data VALUES (1, 'initial')`)
 	if err := fencing.Migrate(t.Context(), admin); err != nil {

@@ -14,6 +14,7 @@ import (
 // binary built with -tags distlock_mutations fails each named test, with
 // the message of the claim it breaks, when that mutation is on.
 func TestMutationsCaught(t *testing.T) {
+	t.Parallel()
 	if mutation.Enabled {
 		t.Skip("this is the mutant's run")
 	}

@@ -15,7 +15,7 @@ import (
 // next Subscribe connects again.
 type listener struct {
 	cfg     *pgx.ConnConfig
-	channel string
+	channel string          // the query that names the table's channel
 	life    context.Context // ended by close
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
@@ -81,8 +81,12 @@ func (l *listener) subscribe(ctx context.Context, key string) (*subscription, er
 func (l *listener) run(c *connection) {
 	defer l.wg.Done()
 	conn, err := pgx.ConnectConfig(l.life, l.cfg)
+	var channel string
 	if err == nil {
-		_, err = conn.Exec(l.life, "LISTEN "+pgx.Identifier{l.channel}.Sanitize())
+		err = conn.QueryRow(l.life, l.channel).Scan(&channel)
+	}
+	if err == nil {
+		_, err = conn.Exec(l.life, "LISTEN "+pgx.Identifier{channel}.Sanitize())
 	}
 	c.err = err
 	close(c.ready)

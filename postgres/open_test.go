@@ -17,6 +17,7 @@ import (
 )
 
 func TestOpen(t *testing.T) {
+	t.Parallel()
 	dsn, _ := server(t)
 	ctx := t.Context()
 	u, err := url.Parse(dsn)
@@ -55,6 +56,7 @@ func TestOpen(t *testing.T) {
 }
 
 func TestOpenErrors(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -90,6 +92,7 @@ func TestOpenErrors(t *testing.T) {
 // locks once granted SELECT, INSERT, UPDATE on the table, and is
 // ErrAccessDenied before; a wrong password is ErrAccessDenied at Open.
 func TestSecured(t *testing.T) {
+	t.Parallel()
 	p := testserver.PostgresSecured(t)
 	ctx := t.Context()
 	migrator := newPool(t, p.Migrator.DSN)

@@ -59,6 +59,7 @@ func harness(dsn string, admin *pgxpool.Pool, opts ...postgres.Option) conforman
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	dsn, admin := server(t)
 	t.Run("Notify", func(t *testing.T) { conformance.Run(t, harness(dsn, admin)) })
 	t.Run("Poll", func(t *testing.T) { conformance.Run(t, harness(dsn, admin, postgres.WithNotify(false))) })

@@ -1,8 +1,6 @@
 package postgres
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"regexp"
 	"strings"
@@ -16,9 +14,15 @@ import (
 // DefaultTable is the lock table used when WithTable is not given.
 const DefaultTable = "distlock_locks"
 
+// maxRefused is how many owners of given-back attempts a row remembers.
+const maxRefused = 64
+
 // tableName is a table name: an unquoted identifier, optionally
 // schema-qualified, lower case so that it reads the same quoted or not.
 var tableName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}(\.[a-z_][a-z0-9_]{0,62})?$`)
+
+// leaseExpiredCode is the SQLSTATE of WithLease's commit-time check.
+const leaseExpiredCode = "DL001"
 
 // statements are the SQL of one lock table. Every lock is a row; a free
 // lock keeps its row (owner NULL) so that its token keeps rising.
@@ -28,19 +32,24 @@ var tableName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}(\.[a-z_][a-z0-9_]{0,6
 // to a replica that missed the latest grants as long as the new primary's
 // clock is past the lost grants' time.
 //
-// refused is the owner of the last attempt given back without an answer:
-// a copy of that attempt landing late takes nothing.
+// refused holds the owners of the last maxRefused attempts given back
+// without an answer: a copy of one of them landing late takes nothing.
+//
+// Release notices go to the channel "distlock:<the table's oid>", resolved
+// by the server as the statement resolves the table, so Lockers that name
+// one table differently (schema-qualified or not) hear each other.
 type statements struct {
-	table, channel string
-	ddl            string
-	acquire        string
-	refresh        string
-	refreshBatch   string
-	release        string
-	giveBack       string
-	inspect        string
-	holdShare      string
-	stillHeld      string
+	table        string // quoted, for SQL text
+	ddl          string
+	acquire      string
+	refresh      string
+	refreshBatch string
+	release      string
+	giveBack     string
+	inspect      string
+	channel      string
+	holdShare    string
+	commitHeld   string
 }
 
 func newStatements(name string) (*statements, error) {
@@ -50,16 +59,16 @@ func newStatements(name string) (*statements, error) {
 	t := pgx.Identifier(strings.Split(name, ".")).Sanitize()
 	now := `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
 	next := mutation.Pick("pg-token-counter", "l.token + 1", "greatest(l.token + 1, excluded.token)") // mutation: pg-token-counter
+	notify := `pg_notify('distlock:' || '` + strings.ReplaceAll(t, "'", "''") + `'::regclass::oid::text, key)`
 	return &statements{
-		table:   t,
-		channel: channelOf(name),
+		table: t,
 		ddl: `CREATE TABLE IF NOT EXISTS ` + t + ` (
 	key        text PRIMARY KEY,
 	owner      text,
 	token      bigint NOT NULL,
 	value      bytea,
 	expires_at timestamptz,
-	refused    text
+	refused    text[]
 )`,
 		// $1 key, $2 owner, $3 TTL in µs, $4 value. One row back: the token
 		// granted (and 0), or 0 and the holder's remaining µs.
@@ -69,7 +78,8 @@ func newStatements(name string) (*statements, error) {
 	ON CONFLICT (key) DO UPDATE
 		SET owner = excluded.owner, token = ` + next + `,
 			value = excluded.value, expires_at = excluded.expires_at
-		WHERE (l.owner IS NULL OR l.expires_at <= clock_timestamp()) AND l.refused IS DISTINCT FROM excluded.owner
+		WHERE (l.owner IS NULL OR l.expires_at <= clock_timestamp())
+			AND NOT excluded.owner = ANY (coalesce(l.refused, '{}'))
 	RETURNING l.token
 )
 SELECT token, 0::bigint FROM taken
@@ -79,49 +89,49 @@ FROM ` + t + ` l WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM taken)`,
 		// $1 key, $2 owner, $3 token, $4 TTL in µs.
 		refresh: `UPDATE ` + t + ` SET expires_at = clock_timestamp() + $4 * interval '1 microsecond'
 WHERE key = $1 AND owner = $2 AND token = $3 AND expires_at > clock_timestamp()`,
-		// $1 keys, $2 owners, $3 tokens, $4 TTLs in µs: the indexes refreshed.
+		// $1 keys, $2 owners, $3 tokens, $4 TTLs in µs: the grants refreshed.
 		refreshBatch: `UPDATE ` + t + ` l SET expires_at = clock_timestamp() + r.ttl * interval '1 microsecond'
-FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS r(key, owner, token, ttl, i)
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS r(key, owner, token, ttl)
 WHERE l.key = r.key AND l.owner = r.owner AND l.token = r.token AND l.expires_at > clock_timestamp()
-RETURNING r.i`,
-		// $1 key, $2 owner, $3 token, $4 channel: one row if released.
+RETURNING l.key, l.owner, l.token`,
+		// $1 key, $2 owner, $3 token: one row if released.
 		release: `WITH freed AS (
 	UPDATE ` + t + ` SET owner = NULL, value = NULL, expires_at = NULL
 	WHERE key = $1 AND owner = $2 AND token = $3 AND expires_at > clock_timestamp()
 	RETURNING key
 )
-SELECT pg_notify($4, key) FROM freed`,
-		// $1 key, $2 owner, $3 channel: frees what the attempt of $2 may
-		// have taken and refuses a late copy of it.
+SELECT ` + notify + ` FROM freed`,
+		// $1 key, $2 owner: frees what the attempt of $2 may have taken and
+		// refuses a late copy of it.
 		giveBack: `WITH gone AS (
-	INSERT INTO ` + t + ` AS l (key, token, refused) VALUES ($1, 0, $2)
+	INSERT INTO ` + t + ` AS l (key, token, refused) VALUES ($1, 0, ARRAY[$2::text])
 	ON CONFLICT (key) DO UPDATE SET
-		refused = excluded.refused,
-		owner = CASE WHEN l.owner = excluded.refused THEN NULL ELSE l.owner END,
-		value = CASE WHEN l.owner = excluded.refused THEN NULL ELSE l.value END,
-		expires_at = CASE WHEN l.owner = excluded.refused THEN NULL ELSE l.expires_at END
+		refused = (array_append(coalesce(l.refused, '{}'), $2::text))[greatest(1, cardinality(l.refused) + 2 - ` + fmt.Sprint(maxRefused) + `):],
+		owner = CASE WHEN l.owner = $2 THEN NULL ELSE l.owner END,
+		value = CASE WHEN l.owner = $2 THEN NULL ELSE l.value END,
+		expires_at = CASE WHEN l.owner = $2 THEN NULL ELSE l.expires_at END
 	RETURNING l.key, l.owner IS NULL AS free
 )
-SELECT pg_notify($3, key) FROM gone WHERE free`,
+SELECT ` + notify + ` FROM gone WHERE free`,
 		// $1 key: held, token, value, remaining µs.
 		inspect: `SELECT owner IS NOT NULL AND expires_at > clock_timestamp(), token, value,
 	greatest(extract(epoch FROM expires_at - clock_timestamp()) * 1000000, 0)::bigint
 FROM ` + t + ` WHERE key = $1`,
+		channel: `SELECT 'distlock:' || '` + strings.ReplaceAll(t, "'", "''") + `'::regclass::oid::text`,
 		// $1 key, $2 owner, $3 token: the lease's row, locked against a new
-		// grant until the transaction ends; true while the lease holds.
-		holdShare: `SELECT expires_at > clock_timestamp() FROM ` + t + `
-WHERE key = $1 AND owner = $2 AND token = $3 FOR SHARE`,
-		stillHeld: `SELECT expires_at > clock_timestamp() FROM ` + t + `
-WHERE key = $1 AND owner = $2 AND token = $3`,
+		// grant until the transaction ends; true while the lease holds. It
+		// leaves the lease in the transaction's settings for commitHeld.
+		holdShare: `SELECT expires_at > clock_timestamp(), set_config('distlock.lease_key', key, true),
+	set_config('distlock.lease_owner', owner, true), set_config('distlock.lease_token', token::text, true)
+FROM ` + t + ` WHERE key = $1 AND owner = $2 AND token = $3 FOR SHARE`,
+		// One string, run by the server without waiting for the client:
+		// a pause of the client cannot come between the check and COMMIT.
+		commitHeld: `DO $$BEGIN
+	IF NOT EXISTS (SELECT 1 FROM ` + t + ` WHERE key = current_setting('distlock.lease_key')
+		AND owner = current_setting('distlock.lease_owner')
+		AND token = current_setting('distlock.lease_token')::bigint AND expires_at > clock_timestamp()) THEN
+		RAISE EXCEPTION USING ERRCODE = '` + leaseExpiredCode + `', MESSAGE = 'distlock: the lease expired before commit';
+	END IF;
+END$$; COMMIT`,
 	}, nil
-}
-
-// channelOf names the NOTIFY channel of table name's releases, within
-// PostgreSQL's 63 bytes.
-func channelOf(name string) string {
-	if c := "distlock:" + name; len(c) <= 63 {
-		return c
-	}
-	sum := sha256.Sum256([]byte(name))
-	return "distlock:" + hex.EncodeToString(sum[:16])
 }

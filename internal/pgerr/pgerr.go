@@ -38,3 +38,10 @@ func Answered(err error) bool {
 	c := pgErr.Code
 	return !strings.HasPrefix(c, "08") && !strings.HasPrefix(c, "57P") && c != "53300"
 }
+
+// Conflict reports whether err is a serialization failure or a deadlock
+// (40001, 40P01): the statement changed nothing, and may be run again.
+func Conflict(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}
