@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,6 +23,7 @@ type backend struct {
 	addr      string // names the server in errors (never a secret)
 	closePool bool
 	notices   *listener // nil with WithNotify(false)
+	queued    sync.Map  // waiter → struct{}: waiting Acquires this backend put in the queue
 }
 
 // handle is a grant's state: what a lease-bound transaction checks.
@@ -43,8 +45,29 @@ func (h *handle) As(target any) bool {
 func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
 
 func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	waiter := req.Waiter
+	if b.notices == nil {
+		waiter = "" // a queue whose first waiter only polls would stall every hand-off
+	}
+	if _, queued := b.queued.Load(waiter); waiter == "" || !queued {
+		g, err := b.attempt(ctx, b.sql.acquire, req, waiter)
+		if waiter == "" || !errors.Is(err, distlock.ErrNotAcquired) {
+			return g, err
+		}
+		b.queued.Store(waiter, struct{}{}) // held: join the queue
+	}
+	g, err := b.attempt(ctx, b.sql.acquireQueue, req, waiter)
+	if err == nil {
+		b.queued.Delete(waiter)
+	}
+	return g, err
+}
+
+// attempt runs one acquire statement: a grant, or a HeldError with the
+// time to wait.
+func (b *backend) attempt(ctx context.Context, query string, req driver.Request, waiter string) (driver.Grant, error) {
 	var token, left int64
-	err := b.pool.QueryRow(ctx, b.sql.acquire, req.Key, req.Owner, micros(req.TTL), []byte(req.Value)).Scan(&token, &left)
+	err := b.pool.QueryRow(ctx, query, req.Key, req.Owner, micros(req.TTL), []byte(req.Value), waiter).Scan(&token, &left)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows): // held by a grant our snapshot does not show yet
 		return driver.Grant{}, &distlock.HeldError{Key: req.Key}
@@ -128,19 +151,31 @@ func (b *backend) Inspect(ctx context.Context, key string) (driver.Holder, error
 	var h driver.Holder
 	var left int64
 	var value []byte
-	err := b.pool.QueryRow(ctx, b.sql.inspect, key).Scan(&h.Held, &h.Token, &value, &left)
+	var waiters int64
+	err := b.pool.QueryRow(ctx, b.sql.inspect, key).Scan(&h.Held, &h.Token, &value, &left, &waiters)
+	if b.notices == nil {
+		waiters = -1 // no queue
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return driver.Holder{Waiters: -1}, nil
+		return driver.Holder{Waiters: int(waiters)}, nil
 	case err != nil:
 		return driver.Holder{}, b.classify("inspect", err)
 	case !h.Held:
-		return driver.Holder{Waiters: -1}, nil
+		return driver.Holder{Waiters: int(waiters)}, nil
 	}
 	h.Value = string(value)
 	h.TTL = max(time.Duration(left)*time.Microsecond, time.Microsecond)
-	h.Waiters = -1
+	h.Waiters = int(waiters)
 	return h, nil
+}
+
+// Dequeue takes waiter out of key's queue, and wakes the next waiter if the
+// key is free.
+func (b *backend) Dequeue(ctx context.Context, key, waiter string) error {
+	b.queued.Delete(waiter)
+	_, err := b.pool.Exec(ctx, b.sql.dequeue, key, waiter)
+	return b.classify("leave the queue", err)
 }
 
 func (b *backend) Subscribe(ctx context.Context, key string) (driver.Subscription, error) {
@@ -154,16 +189,22 @@ var guarantees = driver.Guarantees{
 	Backend:           "postgres",
 	TokenSource:       "the lock row: max(last token + 1, database clock in µs)",
 	Wait:              driver.WaitNotify,
+	FIFO:              true,
 	FailuresTolerated: 0,
 	RestartLosesLocks: true,
 	Notes: []string{
 		"expiry is judged by the database's clock; locks survive a restart of a durable server",
 		"a failover to an asynchronous replica may drop the latest grants; tokens still rise if the new primary's clock is past them",
 		"WithLease runs a transaction that commits only while the lease holds, by the database's clock",
+		"waiting Acquires take a key in the order they came (not with WithNotify(false)); TryAcquire takes a free key whoever waits",
 	},
 }
 
-func (b *backend) Guarantees() driver.Guarantees { return guarantees }
+func (b *backend) Guarantees() driver.Guarantees {
+	g := guarantees
+	g.FIFO = b.notices != nil
+	return g
+}
 
 func (b *backend) Close() error {
 	if b.notices != nil {

@@ -34,18 +34,26 @@
 //     back the next grant and the lease's own renewal until the
 //     transaction ends. For data in other databases use package fencing
 //     (its Guard can run inside WithLease too).
+//   - Waiting Acquires take a key in the order they came: a waiter that
+//     found the key held joins a queue (the waiters table), and a free key
+//     goes to the first live waiter; a place lapses 250 ms after the time
+//     its waiter was told to wait, so a dead waiter holds the others up
+//     that long. TryAcquire takes a free key whoever waits.
 //   - A waiter is woken by NOTIFY on release, through one LISTEN
-//     connection per Locker outside the pool, and polls with back-off when
-//     it has none (WithNotify(false), needed behind PgBouncer in
-//     transaction mode, where everything else works). Waiters race; there
-//     is no first-come order.
+//     connection per Locker outside the pool. With WithNotify(false)
+//     (needed behind PgBouncer in transaction mode, where everything else
+//     works) waiters poll with back-off and race: no queue.
 //   - Renewal of leases falling due together is one UPDATE.
 //   - A request that lands late or twice takes nothing it should not: an
 //     attempt given back without an answer leaves its owner refused on the
 //     row, and every statement checks owner and token.
 //
+// See docs/backends/postgres.md for the tables, the statements, the queue,
+// the lease-bound transaction step by step and the measurements.
+//
 // Roles: Migrate needs CREATE on the schema; the Lockers' role needs USAGE
-// on the schema and SELECT, INSERT, UPDATE on the table. A refusal of the
+// on the schema, SELECT, INSERT, UPDATE on the lock table and SELECT,
+// INSERT, UPDATE, DELETE on its waiters table (name + "_waiters"). A refusal of the
 // role (28P01, 28000, 42501) or of the server's certificate matches
 // distlock.ErrAccessDenied; a server not reached, distlock.ErrUnavailable.
 package postgres

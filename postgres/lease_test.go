@@ -150,6 +150,54 @@ func testExpiresDuring(t *testing.T, pool *pgxpool.Pool) {
 	}
 }
 
+// Waiting Acquires take the key in the order they came.
+func TestFirstComeOrder(t *testing.T) {
+	t.Parallel()
+	dsn, _ := server(t)
+	ctx := t.Context()
+	pool := newPool(t, dsn)
+	holder := newLocker(t, pool)
+	held, err := holder.TryAcquire(ctx, "fifo", distlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	order := make(chan int, n)
+	for i := range n {
+		l := newLocker(t, newPool(t, dsn))
+		go func() {
+			ls, err := l.Acquire(ctx, "fifo", distlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Error(err)
+				order <- -1
+				return
+			}
+			order <- i
+			time.Sleep(20 * time.Millisecond) // a later waiter tries meanwhile
+			_ = ls.Release(ctx)
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for { // the next waiter starts once this one is queued
+			h, err := holder.Inspect(ctx, "fifo")
+			if err == nil && h.Waiters == i+1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("waiter %d not queued: %+v, %v", i, h, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for want := range n {
+		if got := <-order; got != want {
+			t.Fatalf("grant %d went to waiter %d, want the waiters in the order they came", want, got)
+		}
+	}
+}
+
 func testWithLeaseInvalid(t *testing.T, pool *pgxpool.Pool) {
 	ctx := t.Context()
 	mem, err := memory.New()

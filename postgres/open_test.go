@@ -104,7 +104,10 @@ func TestSecured(t *testing.T) {
 	if _, err := l.TryAcquire(ctx, "k"); !errors.Is(err, distlock.ErrAccessDenied) {
 		t.Fatalf("no grants yet: got %v, want ErrAccessDenied", err)
 	}
-	p.GrantRuntime(t, postgres.DefaultTable)
+	p.GrantRuntime(t, postgres.DefaultTable, postgres.DefaultTable+"_waiters")
+	if _, err := migrator.Exec(ctx, `GRANT DELETE ON distlock_locks_waiters TO app`); err != nil {
+		t.Fatal(err)
+	}
 	ls, err := l.TryAcquire(ctx, "k")
 	if err != nil {
 		t.Fatalf("with SELECT, INSERT, UPDATE: %v", err)

@@ -61,9 +61,11 @@ func newBackend(pool *pgxpool.Pool, opts []driver.Option) (*backend, error) {
 	return b, nil
 }
 
-// Migrate creates the lock table if it does not exist (WithTable names
-// another). Run it as the role that should own the table; the role the
-// Lockers use needs USAGE on its schema and SELECT, INSERT, UPDATE on it.
+// Migrate creates the lock table and its waiters table (name +
+// "_waiters") if they do not exist (WithTable names another). Run it as
+// the role that should own them; the role the Lockers use needs USAGE on
+// the schema, SELECT, INSERT, UPDATE on the lock table and SELECT, INSERT,
+// UPDATE, DELETE on the waiters table.
 func Migrate(ctx context.Context, db fencing.DB, opts ...Option) error {
 	if db == nil {
 		return fmt.Errorf("%w: postgres: nil db", distlock.ErrInvalidOption)

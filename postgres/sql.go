@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -13,6 +14,11 @@ import (
 
 // DefaultTable is the lock table used when WithTable is not given.
 const DefaultTable = "distlock_locks"
+
+// queueWindow is how long a waiter's place lasts past the time it was told
+// to wait: the holder's expiry, or, once the key is free, the moment it
+// was told that another waiter comes first.
+const queueWindow = 250 * time.Millisecond
 
 // maxRefused is how many owners of given-back attempts a row remembers.
 const maxRefused = 64
@@ -35,13 +41,23 @@ const leaseExpiredCode = "DL001"
 // refused holds the owners of the last maxRefused attempts given back
 // without an answer: a copy of one of them landing late takes nothing.
 //
+// Waiting Acquires queue in the waiters table (the lock table's name +
+// "_waiters"): an attempt of a waiting Acquire takes a free key only if no
+// live waiter came before it, and otherwise joins (or stays in) the queue,
+// its place lasting queueWindow past the holder's expiry; a grant leaves the
+// queue. TryAcquire takes a free key whoever waits. A waiting Acquire's
+// first attempt only reads the queue (it takes a free key nobody waits
+// for); it joins the queue once it found the key held.
+//
 // Release notices go to the channel "distlock:<the table's oid>", resolved
 // by the server as the statement resolves the table, so Lockers that name
 // one table differently (schema-qualified or not) hear each other.
 type statements struct {
 	table        string // quoted, for SQL text
 	ddl          string
-	acquire      string
+	acquire      string // $5 the waiter, "" for TryAcquire
+	acquireQueue string // $5 the waiter: the attempt joins or keeps its place
+	dequeue      string
 	refresh      string
 	refreshBatch string
 	release      string
@@ -56,7 +72,11 @@ func newStatements(name string) (*statements, error) {
 	if !tableName.MatchString(name) {
 		return nil, fmt.Errorf("%w: postgres: table name %q: want a lower-case identifier, optionally schema.table", distlock.ErrInvalidOption, name)
 	}
-	t := pgx.Identifier(strings.Split(name, ".")).Sanitize()
+	parts := strings.Split(name, ".")
+	t := pgx.Identifier(parts).Sanitize()
+	parts[len(parts)-1] += "_waiters"
+	w := pgx.Identifier(parts).Sanitize()
+	window := fmt.Sprintf("interval '%d microseconds'", queueWindow.Microseconds())
 	now := `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
 	next := mutation.Pick("pg-token-counter", "l.token + 1", "greatest(l.token + 1, excluded.token)") // mutation: pg-token-counter
 	notify := `pg_notify('distlock:' || '` + strings.ReplaceAll(t, "'", "''") + `'::regclass::oid::text, key)`
@@ -69,6 +89,13 @@ func newStatements(name string) (*statements, error) {
 	value      bytea,
 	expires_at timestamptz,
 	refused    text[]
+);
+CREATE TABLE IF NOT EXISTS ` + w + ` (
+	key    text NOT NULL,
+	waiter text NOT NULL,
+	seq    bigint GENERATED ALWAYS AS IDENTITY,
+	until  timestamptz NOT NULL,
+	PRIMARY KEY (key, waiter)
 )`,
 		// $1 key, $2 owner, $3 TTL in µs, $4 value. One row back: the token
 		// granted (and 0), or 0 and the holder's remaining µs.
@@ -80,12 +107,49 @@ func newStatements(name string) (*statements, error) {
 			value = excluded.value, expires_at = excluded.expires_at
 		WHERE (l.owner IS NULL OR l.expires_at <= clock_timestamp())
 			AND NOT excluded.owner = ANY (coalesce(l.refused, '{}'))
+			AND ($5 = '' OR NOT EXISTS (SELECT 1 FROM ` + w + ` q WHERE q.key = $1 AND q.until > clock_timestamp()))
 	RETURNING l.token
 )
 SELECT token, 0::bigint FROM taken
 UNION ALL
 SELECT 0, greatest(extract(epoch FROM l.expires_at - clock_timestamp()) * 1000000, 0)::bigint
 FROM ` + t + ` l WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM taken)`,
+		acquireQueue: `WITH ahead AS (
+	SELECT 1 FROM ` + w + ` q WHERE $5 <> '' AND q.key = $1 AND q.waiter <> $5 AND q.until > clock_timestamp()
+		AND q.seq < coalesce((SELECT seq FROM ` + w + ` WHERE key = $1 AND waiter = $5), 9223372036854775807)
+	LIMIT 1
+), taken AS (
+	INSERT INTO ` + t + ` AS l (key, owner, token, value, expires_at)
+	VALUES ($1, $2, ` + now + `, $4, clock_timestamp() + $3 * interval '1 microsecond')
+	ON CONFLICT (key) DO UPDATE
+		SET owner = excluded.owner, token = ` + next + `,
+			value = excluded.value, expires_at = excluded.expires_at
+		WHERE (l.owner IS NULL OR l.expires_at <= clock_timestamp())
+			AND NOT excluded.owner = ANY (coalesce(l.refused, '{}')) AND NOT EXISTS (SELECT 1 FROM ahead)
+	RETURNING l.token
+), queued AS (
+	INSERT INTO ` + w + ` (key, waiter, until)
+	SELECT $1, $5, greatest((SELECT expires_at FROM ` + t + ` WHERE key = $1), clock_timestamp()) + ` + window + `
+	WHERE $5 <> '' AND NOT EXISTS (SELECT 1 FROM taken)
+	ON CONFLICT (key, waiter) DO UPDATE SET until = excluded.until
+	RETURNING 1
+), left_queue AS (
+	DELETE FROM ` + w + ` WHERE key = $1 AND EXISTS (SELECT 1 FROM taken)
+		AND (waiter = $5 OR until < clock_timestamp() - interval '1 minute')
+	RETURNING 1
+)
+SELECT token, 0::bigint FROM taken
+UNION ALL
+SELECT 0, greatest(extract(epoch FROM coalesce(
+		CASE WHEN l.owner IS NOT NULL AND l.expires_at > clock_timestamp() THEN l.expires_at END,
+		(SELECT min(until) FROM ` + w + ` WHERE key = $1 AND until > clock_timestamp() AND waiter <> $5),
+		clock_timestamp()) - clock_timestamp()) * 1000000, 0)::bigint
+FROM ` + t + ` l WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM taken)`,
+		// $1 key, $2 waiter: leaves the queue, and wakes the others if the
+		// key is free (the first of them may now take it).
+		dequeue: `WITH gone AS (DELETE FROM ` + w + ` WHERE key = $1 AND waiter = $2 RETURNING key)
+SELECT ` + notify + ` FROM gone WHERE EXISTS (
+	SELECT 1 FROM ` + t + ` WHERE key = $1 AND (owner IS NULL OR expires_at <= clock_timestamp()))`,
 		// $1 key, $2 owner, $3 token, $4 TTL in µs.
 		refresh: `UPDATE ` + t + ` SET expires_at = clock_timestamp() + $4 * interval '1 microsecond'
 WHERE key = $1 AND owner = $2 AND token = $3 AND expires_at > clock_timestamp()`,
@@ -113,9 +177,10 @@ SELECT ` + notify + ` FROM freed`,
 	RETURNING l.key, l.owner IS NULL AS free
 )
 SELECT ` + notify + ` FROM gone WHERE free`,
-		// $1 key: held, token, value, remaining µs.
+		// $1 key: held, token, value, remaining µs, live waiters.
 		inspect: `SELECT owner IS NOT NULL AND expires_at > clock_timestamp(), token, value,
-	greatest(extract(epoch FROM expires_at - clock_timestamp()) * 1000000, 0)::bigint
+	greatest(extract(epoch FROM expires_at - clock_timestamp()) * 1000000, 0)::bigint,
+	(SELECT count(*) FROM ` + w + ` WHERE key = $1 AND until > clock_timestamp())
 FROM ` + t + ` WHERE key = $1`,
 		channel: `SELECT 'distlock:' || '` + strings.ReplaceAll(t, "'", "''") + `'::regclass::oid::text`,
 		// $1 key, $2 owner, $3 token: the lease's row, locked against a new
