@@ -79,6 +79,20 @@ func newStatements(name string) (*statements, error) {
 	window := fmt.Sprintf("interval '%d microseconds'", queueWindow.Microseconds())
 	now := `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
 	next := mutation.Pick("pg-token-counter", "l.token + 1", "greatest(l.token + 1, excluded.token)") // mutation: pg-token-counter
+	// take grants $1 to $2 for $3 µs with value $4 if the key is free, the
+	// owner not refused and turn holds; it returns the token.
+	take := func(turn string) string {
+		return `
+	INSERT INTO ` + t + ` AS l (key, owner, token, value, expires_at)
+	VALUES ($1, $2, ` + now + `, $4, clock_timestamp() + $3 * interval '1 microsecond')
+	ON CONFLICT (key) DO UPDATE
+		SET owner = excluded.owner, token = ` + next + `,
+			value = excluded.value, expires_at = excluded.expires_at
+		WHERE (l.owner IS NULL OR l.expires_at <= clock_timestamp())
+			AND NOT excluded.owner = ANY (coalesce(l.refused, '{}')) AND (` + turn + `)
+	RETURNING l.token
+`
+	}
 	notify := `pg_notify('distlock:' || '` + strings.ReplaceAll(t, "'", "''") + `'::regclass::oid::text, key)`
 	return &statements{
 		table: t,
@@ -99,17 +113,7 @@ CREATE TABLE IF NOT EXISTS ` + w + ` (
 )`,
 		// $1 key, $2 owner, $3 TTL in µs, $4 value. One row back: the token
 		// granted (and 0), or 0 and the holder's remaining µs.
-		acquire: `WITH taken AS (
-	INSERT INTO ` + t + ` AS l (key, owner, token, value, expires_at)
-	VALUES ($1, $2, ` + now + `, $4, clock_timestamp() + $3 * interval '1 microsecond')
-	ON CONFLICT (key) DO UPDATE
-		SET owner = excluded.owner, token = ` + next + `,
-			value = excluded.value, expires_at = excluded.expires_at
-		WHERE (l.owner IS NULL OR l.expires_at <= clock_timestamp())
-			AND NOT excluded.owner = ANY (coalesce(l.refused, '{}'))
-			AND ($5 = '' OR NOT EXISTS (SELECT 1 FROM ` + w + ` q WHERE q.key = $1 AND q.until > clock_timestamp()))
-	RETURNING l.token
-)
+		acquire: `WITH taken AS (` + take(`$5 = '' OR NOT EXISTS (SELECT 1 FROM `+w+` q WHERE q.key = $1 AND q.until > clock_timestamp())`) + `)
 SELECT token, 0::bigint FROM taken
 UNION ALL
 SELECT 0, greatest(extract(epoch FROM l.expires_at - clock_timestamp()) * 1000000, 0)::bigint
@@ -118,16 +122,7 @@ FROM ` + t + ` l WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM taken)`,
 	SELECT 1 FROM ` + w + ` q WHERE $5 <> '' AND q.key = $1 AND q.waiter <> $5 AND q.until > clock_timestamp()
 		AND q.seq < coalesce((SELECT seq FROM ` + w + ` WHERE key = $1 AND waiter = $5), 9223372036854775807)
 	LIMIT 1
-), taken AS (
-	INSERT INTO ` + t + ` AS l (key, owner, token, value, expires_at)
-	VALUES ($1, $2, ` + now + `, $4, clock_timestamp() + $3 * interval '1 microsecond')
-	ON CONFLICT (key) DO UPDATE
-		SET owner = excluded.owner, token = ` + next + `,
-			value = excluded.value, expires_at = excluded.expires_at
-		WHERE (l.owner IS NULL OR l.expires_at <= clock_timestamp())
-			AND NOT excluded.owner = ANY (coalesce(l.refused, '{}')) AND NOT EXISTS (SELECT 1 FROM ahead)
-	RETURNING l.token
-), queued AS (
+), taken AS (` + take(`NOT EXISTS (SELECT 1 FROM ahead)`) + `), queued AS (
 	INSERT INTO ` + w + ` (key, waiter, until)
 	SELECT $1, $5, greatest((SELECT expires_at FROM ` + t + ` WHERE key = $1), clock_timestamp()) + ` + window + `
 	WHERE $5 <> '' AND NOT EXISTS (SELECT 1 FROM taken)
