@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,7 +22,6 @@ type backend struct {
 	addr      string // names the server in errors (never a secret)
 	closePool bool
 	notices   *listener // nil with WithNotify(false)
-	queued    sync.Map  // waiter → struct{}: waiting Acquires this backend put in the queue
 }
 
 // handle is a grant's state: what a lease-bound transaction checks.
@@ -49,18 +47,13 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 	if b.notices == nil {
 		waiter = "" // a queue whose first waiter only polls would stall every hand-off
 	}
-	if _, queued := b.queued.Load(waiter); waiter == "" || !queued {
+	if waiter == "" || req.Owner == waiter { // TryAcquire, or a waiting Acquire's first attempt
 		g, err := b.attempt(ctx, b.sql.acquire, req, waiter)
 		if waiter == "" || !errors.Is(err, distlock.ErrNotAcquired) {
 			return g, err
 		}
-		b.queued.Store(waiter, struct{}{}) // held: join the queue
 	}
-	g, err := b.attempt(ctx, b.sql.acquireQueue, req, waiter)
-	if err == nil {
-		b.queued.Delete(waiter)
-	}
-	return g, err
+	return b.attempt(ctx, b.sql.acquireQueue, req, waiter) // join the queue, or keep the place
 }
 
 // attempt runs one acquire statement: a grant, or a HeldError with the
@@ -173,7 +166,6 @@ func (b *backend) Inspect(ctx context.Context, key string) (driver.Holder, error
 // Dequeue takes waiter out of key's queue, and wakes the next waiter if the
 // key is free.
 func (b *backend) Dequeue(ctx context.Context, key, waiter string) error {
-	b.queued.Delete(waiter)
 	_, err := b.pool.Exec(ctx, b.sql.dequeue, key, waiter)
 	return b.classify("leave the queue", err)
 }

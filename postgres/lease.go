@@ -108,8 +108,9 @@ func (r *LeaseRow) commit(ctx context.Context, tx pgx.Tx) error {
 	case err != nil:
 		return fmt.Errorf("postgres: commit: %w", err)
 	}
-	// The server has committed; this only hands the connection back.
-	_ = tx.Rollback(ctx)
+	// The server has committed; this only hands the connection back (with
+	// a live ctx: a failed call would close the caller's connection).
+	_ = tx.Rollback(context.WithoutCancel(ctx))
 	return nil
 }
 

@@ -15,8 +15,8 @@ import (
 // next Subscribe connects again.
 type listener struct {
 	cfg     *pgx.ConnConfig
-	channel string          // the query that names the table's channel
-	life    context.Context // ended by close
+	channel func(context.Context) (string, error) // names the table's channel
+	life    context.Context                       // ended by close
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 
@@ -39,7 +39,7 @@ type subscription struct {
 	err    error         // written before broken closes
 }
 
-func newListener(cfg *pgx.ConnConfig, channel string) *listener {
+func newListener(cfg *pgx.ConnConfig, channel func(context.Context) (string, error)) *listener {
 	life, stop := context.WithCancel(context.Background())
 	return &listener{cfg: cfg, channel: channel, life: life, stop: stop, subs: map[string]map[*subscription]struct{}{}}
 }
@@ -80,10 +80,10 @@ func (l *listener) subscribe(ctx context.Context, key string) (*subscription, er
 // breaks or the listener closes.
 func (l *listener) run(c *connection) {
 	defer l.wg.Done()
-	conn, err := pgx.ConnectConfig(l.life, l.cfg)
-	var channel string
+	channel, err := l.channel(l.life)
+	var conn *pgx.Conn
 	if err == nil {
-		err = conn.QueryRow(l.life, l.channel).Scan(&channel)
+		conn, err = pgx.ConnectConfig(l.life, l.cfg)
 	}
 	if err == nil {
 		_, err = conn.Exec(l.life, "LISTEN "+pgx.Identifier{channel}.Sanitize())

@@ -45,13 +45,16 @@ const leaseExpiredCode = "DL001"
 // "_waiters"): an attempt of a waiting Acquire takes a free key only if no
 // live waiter came before it, and otherwise joins (or stays in) the queue,
 // its place lasting queueWindow past the holder's expiry; a grant leaves the
-// queue. TryAcquire takes a free key whoever waits. A waiting Acquire's
+// queue; a release cuts every place down to one window, and a waiter told
+// another comes first looks again within half a window. TryAcquire takes a
+// free key whoever waits. A waiting Acquire's
 // first attempt only reads the queue (it takes a free key nobody waits
 // for); it joins the queue once it found the key held.
 //
-// Release notices go to the channel "distlock:<the table's oid>", resolved
-// by the server as the statement resolves the table, so Lockers that name
-// one table differently (schema-qualified or not) hear each other.
+// Release notices go to the channel "distlock:<schema>.<table>" (an md5 of
+// that if it is long), resolved by the server as the statement resolves
+// the table: Lockers that name one table differently hear each other, and
+// a table dropped and created again keeps its channel.
 type statements struct {
 	table        string // quoted, for SQL text
 	ddl          string
@@ -93,7 +96,15 @@ func newStatements(name string) (*statements, error) {
 	RETURNING l.token
 `
 	}
-	notify := `pg_notify('distlock:' || '` + strings.ReplaceAll(t, "'", "''") + `'::regclass::oid::text, key)`
+	channel := `(SELECT 'distlock:' || CASE WHEN length(q) <= 54 THEN q ELSE md5(q) END FROM (
+		SELECT n.nspname || '.' || c.relname AS q FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.oid = '` + strings.ReplaceAll(t, "'", "''") + `'::regclass) r)`
+	notify := `pg_notify(` + channel + `, key)`
+	// shortenPlaces caps every place in $1's queue at one window from now:
+	// the key is free, and a waiter that does not come in time (dead, or
+	// gone without leaving) holds the others up no longer.
+	shortenPlaces := `UPDATE ` + w + ` SET until = clock_timestamp() + ` + window + `
+	WHERE key = $1 AND until > clock_timestamp() + ` + window
 	return &statements{
 		table: t,
 		ddl: `CREATE TABLE IF NOT EXISTS ` + t + ` (
@@ -137,7 +148,8 @@ SELECT token, 0::bigint FROM taken
 UNION ALL
 SELECT 0, greatest(extract(epoch FROM coalesce(
 		CASE WHEN l.owner IS NOT NULL AND l.expires_at > clock_timestamp() THEN l.expires_at END,
-		(SELECT min(until) FROM ` + w + ` WHERE key = $1 AND until > clock_timestamp() AND waiter <> $5),
+		least((SELECT min(until) FROM ` + w + ` WHERE key = $1 AND until > clock_timestamp() AND waiter <> $5),
+			clock_timestamp() + ` + window + ` / 2),
 		clock_timestamp()) - clock_timestamp()) * 1000000, 0)::bigint
 FROM ` + t + ` l WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM taken)`,
 		// $1 key, $2 waiter: leaves the queue, and wakes the others if the
@@ -158,7 +170,7 @@ RETURNING l.key, l.owner, l.token`,
 	UPDATE ` + t + ` SET owner = NULL, value = NULL, expires_at = NULL
 	WHERE key = $1 AND owner = $2 AND token = $3 AND expires_at > clock_timestamp()
 	RETURNING key
-)
+), shortened AS (` + shortenPlaces + ` AND EXISTS (SELECT 1 FROM freed) RETURNING 1)
 SELECT ` + notify + ` FROM freed`,
 		// $1 key, $2 owner: frees what the attempt of $2 may have taken and
 		// refuses a late copy of it.
@@ -170,14 +182,14 @@ SELECT ` + notify + ` FROM freed`,
 		value = CASE WHEN l.owner = $2 THEN NULL ELSE l.value END,
 		expires_at = CASE WHEN l.owner = $2 THEN NULL ELSE l.expires_at END
 	RETURNING l.key, l.owner IS NULL AS free
-)
+), shortened AS (` + shortenPlaces + ` AND EXISTS (SELECT 1 FROM gone WHERE free) RETURNING 1)
 SELECT ` + notify + ` FROM gone WHERE free`,
 		// $1 key: held, token, value, remaining µs, live waiters.
 		inspect: `SELECT owner IS NOT NULL AND expires_at > clock_timestamp(), token, value,
 	greatest(extract(epoch FROM expires_at - clock_timestamp()) * 1000000, 0)::bigint,
 	(SELECT count(*) FROM ` + w + ` WHERE key = $1 AND until > clock_timestamp())
 FROM ` + t + ` WHERE key = $1`,
-		channel: `SELECT 'distlock:' || '` + strings.ReplaceAll(t, "'", "''") + `'::regclass::oid::text`,
+		channel: `SELECT ` + channel,
 		// $1 key, $2 owner, $3 token: the lease's row, locked against a new
 		// grant until the transaction ends; true while the lease holds. It
 		// leaves the lease in the transaction's settings for commitHeld.
