@@ -36,9 +36,9 @@
 //     (its Guard can run inside WithLease too).
 //   - Waiting Acquires take a key in the order they came: a waiter that
 //     found the key held joins a queue (the waiters table), and a free key
-//     goes to the first live waiter; a place lapses 250 ms after the time
-//     its waiter was told to wait, so a dead waiter holds the others up
-//     that long. TryAcquire takes a free key whoever waits.
+//     goes to the first live waiter; a release cuts every place down to
+//     250 ms, so a dead waiter holds the others up that long. TryAcquire
+//     takes a free key whoever waits.
 //   - A waiter is woken by NOTIFY on release, through one LISTEN
 //     connection per Locker outside the pool. With WithNotify(false)
 //     (needed behind PgBouncer in transaction mode, where everything else
