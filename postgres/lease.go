@@ -34,7 +34,7 @@ func (leaseExpired) Is(target error) bool { return target == distlock.ErrNotHeld
 // WithLease runs fn in a transaction of db that commits only while lease
 // still holds its lock by the database's own clock. It reads the lock row
 // FOR SHARE first, so no new holder can be granted the key until the
-// transaction ends, and checks the expiry again just before the commit:
+// transaction ends, and checks the expiry again in the string that commits:
 // a holder paused past its TTL has every write refused, whether or not a
 // newer holder has written. db must reach the lock table's database (the
 // Locker's pool or another pool on it).
