@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,6 +23,9 @@ type backend struct {
 	addr      string // names the server in errors (never a secret)
 	closePool bool
 	notices   *listener // nil with WithNotify(false)
+
+	channelMu sync.Mutex
+	channel   string // the table's release channel, once named
 }
 
 // handle is a grant's state: what a lease-bound transaction checks.
@@ -124,13 +128,13 @@ func (b *backend) RefreshBatch(ctx context.Context, batch []driver.Refresh) erro
 
 func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	if g.Handle == nil { // an attempt whose outcome is unknown
-		_, err := b.pool.Exec(ctx, b.sql.giveBack, g.Key, g.Owner)
+		_, err := b.pool.Exec(ctx, b.sql.giveBack, g.Key, g.Owner, b.notifyOn(ctx))
 		if pgerr.Conflict(err) { // taken nothing yet: the portable layer asks again
 			return fmt.Errorf("%w: postgres: give back %q: %w", distlock.ErrNotHeld, g.Key, err)
 		}
 		return b.classify("give back", err)
 	}
-	tag, err := b.pool.Exec(ctx, b.sql.release, g.Key, g.Owner, g.Token)
+	tag, err := b.pool.Exec(ctx, b.sql.release, g.Key, g.Owner, g.Token, b.notifyOn(ctx))
 	if err != nil {
 		return b.classify("release", err)
 	}
@@ -163,10 +167,29 @@ func (b *backend) Inspect(ctx context.Context, key string) (driver.Holder, error
 	return h, nil
 }
 
+// channelName names the table's release channel through the pool, once.
+// Releases pass "" (no notice) while it cannot: every Locker of the table
+// notifies, whether or not it listens.
+func (b *backend) channelName(ctx context.Context) (string, error) {
+	b.channelMu.Lock()
+	defer b.channelMu.Unlock()
+	if b.channel != "" {
+		return b.channel, nil
+	}
+	err := b.pool.QueryRow(ctx, b.sql.channel).Scan(&b.channel)
+	return b.channel, err
+}
+
+// notifyOn is the channel a release statement notifies on.
+func (b *backend) notifyOn(ctx context.Context) string {
+	c, _ := b.channelName(ctx)
+	return c
+}
+
 // Dequeue takes waiter out of key's queue, and wakes the next waiter if the
 // key is free.
 func (b *backend) Dequeue(ctx context.Context, key, waiter string) error {
-	_, err := b.pool.Exec(ctx, b.sql.dequeue, key, waiter)
+	_, err := b.pool.Exec(ctx, b.sql.dequeue, key, waiter, b.notifyOn(ctx))
 	return b.classify("leave the queue", err)
 }
 

@@ -56,11 +56,7 @@ func newBackend(pool *pgxpool.Pool, opts []driver.Option) (*backend, error) {
 	b := &backend{pool: pool, sql: sql, addr: net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))),
 		closePool: driver.BackendValueOr(o, closePoolKey{}, false)}
 	if driver.BackendValueOr(o, notifyKey{}, true) {
-		b.notices = newListener(cc.Copy(), func(ctx context.Context) (channel string, err error) {
-			// Through the pool, whose connections may set search_path.
-			err = pool.QueryRow(ctx, sql.channel).Scan(&channel)
-			return channel, err
-		})
+		b.notices = newListener(cc.Copy(), b.channelName)
 	}
 	return b, nil
 }

@@ -52,9 +52,10 @@ const leaseExpiredCode = "DL001"
 // for); it joins the queue once it found the key held.
 //
 // Release notices go to the channel "distlock:<schema>.<table>" (an md5 of
-// that if it is long), resolved by the server as the statement resolves
-// the table: Lockers that name one table differently hear each other, and
-// a table dropped and created again keeps its channel.
+// that if it is long), named once per backend through its pool, as the
+// pool's statements resolve the table: Lockers that name one table
+// differently hear each other, and a table dropped and created again keeps
+// its channel.
 type statements struct {
 	table        string // quoted, for SQL text
 	ddl          string
@@ -99,7 +100,9 @@ func newStatements(name string) (*statements, error) {
 	channel := `(SELECT 'distlock:' || CASE WHEN length(q) <= 54 THEN q ELSE md5(q) END FROM (
 		SELECT n.nspname || '.' || c.relname AS q FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE c.oid = '` + strings.ReplaceAll(t, "'", "''") + `'::regclass) r)`
-	notify := `pg_notify(` + channel + `, key)`
+	// notify(p) notices a release on channel parameter p (none if it is
+	// "": the channel is not named yet).
+	notify := func(p string) string { return `(SELECT pg_notify(` + p + `, key) WHERE ` + p + ` <> '')` }
 	// shortenPlaces caps every place in $1's queue at one window from now:
 	// the key is free, and a waiter that does not come in time (dead, or
 	// gone without leaving) holds the others up no longer.
@@ -152,10 +155,10 @@ SELECT 0, greatest(extract(epoch FROM coalesce(
 			clock_timestamp() + ` + window + ` / 2),
 		clock_timestamp()) - clock_timestamp()) * 1000000, 0)::bigint
 FROM ` + t + ` l WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM taken)`,
-		// $1 key, $2 waiter: leaves the queue, and wakes the others if the
+		// $1 key, $2 waiter, $3 channel: leaves the queue, and wakes the others if the
 		// key is free (the first of them may now take it).
 		dequeue: `WITH gone AS (DELETE FROM ` + w + ` WHERE key = $1 AND waiter = $2 RETURNING key)
-SELECT ` + notify + ` FROM gone WHERE EXISTS (
+SELECT ` + notify("$3") + ` FROM gone WHERE EXISTS (
 	SELECT 1 FROM ` + t + ` WHERE key = $1 AND (owner IS NULL OR expires_at <= clock_timestamp()))`,
 		// $1 key, $2 owner, $3 token, $4 TTL in µs.
 		refresh: `UPDATE ` + t + ` SET expires_at = clock_timestamp() + $4 * interval '1 microsecond'
@@ -165,14 +168,14 @@ WHERE key = $1 AND owner = $2 AND token = $3 AND expires_at > clock_timestamp()`
 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS r(key, owner, token, ttl)
 WHERE l.key = r.key AND l.owner = r.owner AND l.token = r.token AND l.expires_at > clock_timestamp()
 RETURNING l.key, l.owner, l.token`,
-		// $1 key, $2 owner, $3 token: one row if released.
+		// $1 key, $2 owner, $3 token, $4 channel: one row if released.
 		release: `WITH freed AS (
 	UPDATE ` + t + ` SET owner = NULL, value = NULL, expires_at = NULL
 	WHERE key = $1 AND owner = $2 AND token = $3 AND expires_at > clock_timestamp()
 	RETURNING key
 ), shortened AS (` + shortenPlaces + ` AND EXISTS (SELECT 1 FROM freed) RETURNING 1)
-SELECT ` + notify + ` FROM freed`,
-		// $1 key, $2 owner: frees what the attempt of $2 may have taken and
+SELECT ` + notify("$4") + ` FROM freed`,
+		// $1 key, $2 owner, $3 channel: frees what the attempt of $2 may have taken and
 		// refuses a late copy of it.
 		giveBack: `WITH gone AS (
 	INSERT INTO ` + t + ` AS l (key, token, refused) VALUES ($1, 0, ARRAY[$2::text])
@@ -183,7 +186,7 @@ SELECT ` + notify + ` FROM freed`,
 		expires_at = CASE WHEN l.owner = $2 THEN NULL ELSE l.expires_at END
 	RETURNING l.key, l.owner IS NULL AS free
 ), shortened AS (` + shortenPlaces + ` AND EXISTS (SELECT 1 FROM gone WHERE free) RETURNING 1)
-SELECT ` + notify + ` FROM gone WHERE free`,
+SELECT ` + notify("$3") + ` FROM gone WHERE free`,
 		// $1 key: held, token, value, remaining µs, live waiters.
 		inspect: `SELECT owner IS NOT NULL AND expires_at > clock_timestamp(), token, value,
 	greatest(extract(epoch FROM expires_at - clock_timestamp()) * 1000000, 0)::bigint,
