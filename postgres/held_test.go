@@ -165,7 +165,7 @@ func TestTokensAndLateStatements(t *testing.T) {
 // Notices: a waiter whose LISTEN connection is terminated still gets the
 // key soon after the release; Close leaves no goroutine behind.
 func TestListenerKilledAndClose(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it counts the process's goroutines.
 	dsn, admin := server(t)
 	ctx := t.Context()
 	before := runtime.NumGoroutine()
