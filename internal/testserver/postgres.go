@@ -269,16 +269,36 @@ func pgSetup(s *Server, postgres string, cred *syscall.Credential, fsync bool, s
 	return nil
 }
 
-// giveDir lets cred's user (if any) through the test's temp dir, which
-// belongs to root with mode 0700, and gives it s's directory.
+// giveDir lets cred's user (if any) through s's parent and every directory
+// above it inside the temp root — t.TempDir and os.MkdirTemp make them
+// root's with mode 0700, one level or several deep — and gives it s's
+// directory.
 func giveDir(s *Server, cred *syscall.Credential) error {
 	if cred == nil {
 		return nil
 	}
-	if err := os.Chmod(filepath.Dir(s.dir), 0o711); err != nil {
-		return err
+	root := filepath.Clean(os.TempDir()) + string(filepath.Separator)
+	for d := filepath.Dir(s.dir); ; d = filepath.Dir(d) {
+		if err := letThrough(d); err != nil {
+			return err
+		}
+		if !strings.HasPrefix(filepath.Dir(d), root) {
+			break
+		}
 	}
 	return os.Chown(s.dir, int(cred.Uid), int(cred.Gid))
+}
+
+// letThrough adds search (not read) permission for others to directory d.
+func letThrough(d string) error {
+	fi, err := os.Stat(d)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&0o001 != 0 {
+		return nil
+	}
+	return os.Chmod(d, fi.Mode().Perm()|0o011)
 }
 
 // pgConfigure fills in how to start s on the cluster in its data
