@@ -30,6 +30,7 @@ var cases = []Case{
 	{"TokensIncrease", "successive holders of a key, across Lockers, get strictly increasing tokens", tokensIncrease},
 	{"TokensIncreaseAfterExpiry", "the holder after a lock ended on the server gets a larger token", tokensAfterExpiry},
 	{"WaiterWakesOnRelease", "a waiting Acquire takes the key soon after the holder releases, long before the holder's TTL", waiterWakes},
+	{"FIFOHandOff", "on backends that claim FIFO, callers that began waiting one after another take the released key in that order, and the former holder asking again at once queues behind them", fifoHandOff},
 	{"CancelWaitReturnsBoth", "an Acquire cut short by its context returns promptly an error matching both ErrNotAcquired and ctx.Err()", cancelWait},
 	{"CancelLeavesNoResidue", "a cancelled waiter leaves nothing behind: once the holder releases, the key can be taken at once", cancelNoResidue},
 	{"KeyIsolation", "holding one key neither blocks nor releases another", keyIsolation},

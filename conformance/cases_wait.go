@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -78,4 +79,54 @@ func cancelNoResidue(e *env) {
 	wg.Wait()
 	e.release(ls)
 	e.release(e.tryAcquire(c, key, distlock.WithTTL(long)))
+}
+
+// fifoHandOff checks a FIFO claim: callers that began waiting one after
+// another take the key in that order, and a holder that asks again right
+// after its release queues behind them.
+func fifoHandOff(e *env) {
+	a := e.locker()
+	if !a.Guarantees().FIFO {
+		e.skip("the backend does not claim FIFO")
+	}
+	key := e.key("k")
+	first := e.tryAcquire(a, key, distlock.WithTTL(long))
+	const waiters = 4
+	order := make(chan int, waiters+1)
+	errc := make(chan error, waiters+1)
+	wait := func(l distlock.Locker, id int) {
+		ctx, cancel := e.timeout(e.patience())
+		defer cancel()
+		ls, err := l.Acquire(ctx, key, distlock.WithTTL(long))
+		if err != nil {
+			errc <- fmt.Errorf("waiter %d: %w", id, err)
+			return
+		}
+		order <- id
+		time.Sleep(20 * time.Millisecond) // a waiter woken out of turn has time to take it next
+		if err := ls.Release(ctx); err != nil {
+			errc <- fmt.Errorf("waiter %d: Release: %w", id, err)
+		}
+	}
+	for i := range waiters {
+		go wait(e.locker(), i)
+		e.eventually(fmt.Sprintf("waiter %d queued", i), func() (bool, string) {
+			h := e.inspect(a, key, "while callers queue one by one")
+			return h.Waiters == i+1, "Inspect: " + holderString(h)
+		})
+	}
+	e.release(first)
+	go wait(a, waiters) // the former holder, asking again at once
+	for want := 0; want <= waiters; want++ {
+		select {
+		case got := <-order:
+			if got != want {
+				e.fail("waiter %d took the key when waiter %d was next (waiters are numbered in the order they began waiting; %d is the former holder asking again)", got, want, waiters)
+			}
+		case err := <-errc:
+			e.fail("%v", err)
+		case <-time.After(e.patience()):
+			e.fail("waiter %d did not take the key within %v", want, e.patience())
+		}
+	}
 }

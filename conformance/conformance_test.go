@@ -217,6 +217,10 @@ func TestBrokenLockersFail(t *testing.T) {
 		{"observer misses leaders", func(b driver.Backend, _ *memory.Store) driver.Backend { return &stickyHolder{Backend: b} }, "ElectionObserversSeeEveryLeader", 0},
 		{"hand-over without a larger token", func(b driver.Backend, _ *memory.Store) driver.Backend { return constantToken{b} }, "ElectionResignHandsOver", 0},
 		{"paused leader keeps its term", func(b driver.Backend, _ *memory.Store) driver.Backend { return doneNeverCloses{b} }, "ElectionPausedLeaderReplaced", 2 * time.Second},
+		{"FIFO claimed, newest waiter served first", func() func(driver.Backend, *memory.Store) driver.Backend {
+			waiting := &waitStacks{keys: map[string][]string{}}
+			return func(b driver.Backend, _ *memory.Store) driver.Backend { return lastComeFirst{b, waiting} }
+		}(), "FIFOHandOff", 0},
 		{"waiter leaves residue", func() func(driver.Backend, *memory.Store) driver.Backend {
 			left := &orphans{keys: map[string]bool{}}
 			return func(b driver.Backend, _ *memory.Store) driver.Backend { return &leavesResidue{b, left} }
