@@ -93,7 +93,7 @@ var guarantees = driver.Guarantees{
 		"a failover to a lagging replica, or a restart without appendfsync always, can lose held locks; WithWaitReplicas runs WAIT after each acquire and refresh to narrow the failover window",
 		"tokens still increase across restarts and failovers while server clocks differ by less than the restart or failover takes (a lost or lagging counter restarts from the server's clock in µs), and across a counter's expiry an hour past its last lock while the clock does not step back by more than that",
 		"maxmemory-policy allkeys-* can evict the token counter; the backend warns, or refuses with WithEvictionCheck(EvictionRefuse)",
-		"waiters are woken by pub/sub and race for the lock, not in FIFO order, unless WithFairQueue keeps them in order (TryAcquire takes a free lock regardless)",
+		"waiting Acquires that find the lock held queue in the order they came, and a release wakes only the first, which has the hand-off window to take it; with WithoutFairQueue every release wakes all waiters and they race (TryAcquire takes a free lock regardless)",
 	},
 }
 

@@ -34,12 +34,13 @@
 //   - A maxmemory-policy of allkeys-* can evict the token counter; the
 //     backend checks the policy when it starts and warns, or refuses with
 //     [WithEvictionCheck]. volatile-* policies can evict held locks early.
-//   - Locks are not FIFO unless [WithFairQueue] (URL fair=true) is set on
-//     every Locker of a key: then waiting Acquires take a free lock in the
-//     order they first found it held.
+//   - Waiting Acquires take the lock in the order they first found it held
+//     (FIFO), through a queue kept next to the lock while it is contended;
+//     [WithoutFairQueue] (URL fair=false) makes them race instead. Give
+//     every Locker of a key the same setting.
 //
 // Inspect reads the key's master in one round trip: owner, PTTL, counter
-// and holder record; Waiters is -1 unless the fair queue counts them. There
+// and holder record; Waiters counts the queue (-1 without it). There
 // is no server-side watch: Locker.Watch wakes on release notices and
 // polls. The scripts, key layout and notifier are shared with package
 // redlock.

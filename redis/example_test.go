@@ -73,21 +73,22 @@ func ExampleKeys() {
 	}
 }
 
-// Waiters taken in the order they came, for a contended key where a long
-// wait for some callers is worse than a slower hand-off for all: every
-// Locker of the key gets the option. (No Output: it needs a server.)
-func ExampleWithFairQueue() {
+// Waiters that race at every release, as with bsm/redislock, where the
+// order of hand-off does not matter: every Locker of the key gets the
+// option. By default waiters queue in the order they came. (No Output: it
+// needs a server.)
+func ExampleWithoutFairQueue() {
 	ctx := context.Background()
-	locker, err := distlock.Open(ctx, "redis://localhost:6379/0?fair=true") // or redis.WithFairQueue(0)
+	locker, err := distlock.Open(ctx, "redis://localhost:6379/0?fair=false") // or redis.WithoutFairQueue()
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer locker.Close()
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	lease, err := locker.Acquire(wctx, "ledger") // queued behind earlier waiters
+	lease, err := locker.Acquire(wctx, "cache-rebuild") // races the other waiters at each release
 	if err != nil {
-		log.Fatal(err) // a waiter that gives up leaves the queue
+		log.Fatal(err)
 	}
 	defer lease.Release(ctx)
 }

@@ -115,9 +115,9 @@ func waitingBehindProxy(t *testing.T, srv *testserver.Server, key string, fair b
 		t.Fatal(err)
 	}
 	p := testutil.NewDelayProxy(t, srv.Addr(), time.Minute)
-	var opts []distlock.Option
-	if fair {
-		opts = append(opts, redis.WithFairQueue(0))
+	opts := []distlock.Option{redis.WithFairQueue(0)}
+	if !fair {
+		opts = []distlock.Option{redis.WithoutFairQueue()}
 	}
 	return newLocker(t, p.Addr(), opts...), p
 }

@@ -221,7 +221,7 @@ func TestFairQueueURL(t *testing.T) {
 		}
 		_ = l.Close()
 	}
-	for _, q := range []string{"fair=maybe", "fair_window=-1s", "fair_window=soon"} {
+	for _, q := range []string{"fair=maybe", "fair_window=-1s", "fair_window=soon", "fair=false&fair_window=1s"} {
 		if l, err := distlock.Open(t.Context(), fmt.Sprintf("redis://%s/?%s", srv.Addr(), q)); !errors.Is(err, distlock.ErrInvalidURL) && !errors.Is(err, distlock.ErrInvalidOption) {
 			t.Errorf("%s: %v; want ErrInvalidURL or ErrInvalidOption", q, err)
 			if l != nil {

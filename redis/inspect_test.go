@@ -27,7 +27,7 @@ func TestInspectValueThroughRefreshes(t *testing.T) {
 	}
 	defer l.Close()
 	ctx := t.Context()
-	if h, err := l.Inspect(ctx, "free"); err != nil || h != (distlock.Holder{Waiters: -1}) {
+	if h, err := l.Inspect(ctx, "free"); err != nil || h != (distlock.Holder{}) {
 		t.Fatalf("Inspect of a free key = %+v, %v", h, err)
 	}
 	const ttl = 300 * time.Millisecond
@@ -118,7 +118,7 @@ func TestInspectIgnoresEarlierHolderValue(t *testing.T) {
 	if err := second.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if h, err := l.Inspect(ctx, "k"); err != nil || h != (distlock.Holder{Waiters: -1}) {
+	if h, err := l.Inspect(ctx, "k"); err != nil || h != (distlock.Holder{}) {
 		t.Fatalf("Inspect after the release = %+v, %v; want free", h, err)
 	}
 }

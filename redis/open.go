@@ -23,8 +23,8 @@ import (
 //	wait_replicas=1       WithWaitReplicas (with wait_timeout, default 1s)
 //	wait_timeout=500ms
 //	eviction=warn|refuse|ignore   WithEvictionCheck
-//	fair=true             WithFairQueue (with fair_window, default 250ms)
-//	fair_window=100ms
+//	fair=false            WithoutFairQueue (the default is a fair queue)
+//	fair_window=100ms     WithFairQueue
 //	master_name=mymaster  Sentinel: the host (and addr=host:port, repeated)
 //	                      are Sentinels (go-redis's ParseFailoverURL)
 //
@@ -106,7 +106,12 @@ func urlOptions(q *urlparam.Query) ([]driver.Option, error) {
 	}
 	fair, hasFair := q.Bool("fair")
 	window, hasWindow := q.Duration("fair_window")
-	if (hasFair && fair) || (hasWindow && !hasFair) {
+	switch {
+	case hasFair && !fair && hasWindow:
+		return nil, fmt.Errorf("%w: parameter fair_window: the queue is off (fair=false)", distlock.ErrInvalidURL)
+	case hasFair && !fair:
+		bopts = append(bopts, WithoutFairQueue().DriverOption())
+	case hasWindow:
 		bopts = append(bopts, WithFairQueue(window).DriverOption())
 	}
 	return bopts, q.Err()

@@ -70,26 +70,26 @@ func WithKeyPrefix(prefix string) Option {
 	return Option{driver.BackendOption("redis", "WithKeyPrefix", prefixKey{}, prefix)}
 }
 
-// DefaultFairWindow is the hand-off window of WithFairQueue when none is
-// given.
+// DefaultFairWindow is the hand-off window of the fair queue when
+// WithFairQueue gives none.
 const DefaultFairWindow = 250 * time.Millisecond
 
 // MinFairWindow is the shortest hand-off window WithFairQueue takes.
 const MinFairWindow = 10 * time.Millisecond
 
-// WithFairQueue makes waiting Acquires take the lock in the order they
-// first found it held, as Redisson's fair lock does, instead of racing on
-// every release (the default, where an unlucky waiter can lose many rounds
-// in a row). The waiters are kept in a sorted set next to the lock; at a
-// release the first of them has window (DefaultFairWindow if 0) to come and
-// take it, after which its place lapses, so a waiter whose process died
-// holds the others up for about one window. TryAcquire still takes a free
-// lock whoever waits, as the fair locks of java.util.concurrent do. Every
-// Locker of a key should use the same setting: a Locker without it takes a
-// free lock ahead of the queue. A window under MinFairWindow (other than
-// 0) is ErrInvalidOption: waiters behind the first look again every
-// window. A first waiter that cannot get notices (its subscription failed,
-// so it polls with back-off) may miss its window and go to the back.
+// WithFairQueue sets the hand-off window of the fair queue (0:
+// DefaultFairWindow). By default waiting Acquires take the lock in the
+// order they first found it held, as Redisson's fair lock does: waiters are
+// kept in a sorted set next to the lock only while it is contended, and at
+// a release the first of them has the window to come and take it, after
+// which its place lapses, so a waiter whose process died holds the others
+// up for about one window. TryAcquire still takes a free lock whoever
+// waits, as the fair locks of java.util.concurrent do. Every Locker of a
+// key should use the same setting: one WithoutFairQueue takes a free lock
+// ahead of the queue. A window under MinFairWindow (other than 0) is
+// ErrInvalidOption: waiters behind the first look again every window. A
+// first waiter that cannot get notices (its subscription failed, so it
+// polls with back-off) may miss its window and go to the back.
 func WithFairQueue(window time.Duration) Option {
 	if window != 0 && window < MinFairWindow {
 		return Option{driver.InvalidOption("redis: fair queue window %v is under %v", window, MinFairWindow)}
@@ -98,6 +98,14 @@ func WithFairQueue(window time.Duration) Option {
 		window = DefaultFairWindow
 	}
 	return Option{driver.BackendOption("redis", "WithFairQueue", fairKey{}, window)}
+}
+
+// WithoutFairQueue makes waiters race for the lock at every release, as
+// with bsm/redislock, instead of queueing: no queue keys, and a release
+// wakes every waiter of the key, so an unlucky one can lose many rounds in
+// a row.
+func WithoutFairQueue() Option {
+	return Option{driver.BackendOption("redis", "WithoutFairQueue", fairKey{}, time.Duration(0))}
 }
 
 // WithWaitReplicas makes every acquire and refresh wait, with Redis's WAIT,

@@ -87,7 +87,10 @@ func newBackend(ctx context.Context, client goredis.UniversalClient, opts []driv
 		}
 	}
 	closeClient, _ := driver.BackendValue[bool](o, closeClientKey{})
-	fair, _ := driver.BackendValue[time.Duration](o, fairKey{})
+	fair, set := driver.BackendValue[time.Duration](o, fairKey{})
+	if !set {
+		fair = DefaultFairWindow
+	}
 	mode, _ := driver.BackendValue[EvictionCheck](o, evictionKey{})
 	logger := o.Logger
 	if logger == nil {

@@ -28,6 +28,10 @@ func (k Keys) Queue() (waiters, deadlines string) {
 	return k.Lock + ":waiters", k.Lock + ":waiter-deadlines"
 }
 
+// WaiterChannel names the channel of one waiter of the fair queue: the
+// notice that its turn has come goes there, not to every waiter.
+func (k Keys) WaiterChannel(waiter string) string { return k.Channel + ":" + waiter }
+
 // GoneFor names owner's tombstone: it exists, for MaxLate, once a
 // release of owner ran or an attempt of owner was refused, so that a late
 // copy of its acquire (or, after a release, of its retake) is refused.
@@ -38,6 +42,7 @@ func (k Keys) GoneFor(owner string) string { return k.Gone + ":" + owner }
 //	<prefix>{<key>}            lock
 //	<prefix>{<key>}:token      token counter (CounterLinger past its last lock)
 //	<prefix>{<key>}:released   release channel
+//	<prefix>{<key>}:released:<w>  fair queue: waiter w's turn has come (channel)
 //	<prefix>{<key>}:gone:<o>   tombstone of owner o's release (short-lived)
 //	<prefix>{<key>}:retake     Redlock's retake marker (short-lived)
 //	<prefix>{<key>}:holder     holder record: owner, token, value (expires with the lock)

@@ -133,15 +133,19 @@ func (n *Notifier) Subscribe(ctx context.Context, key string) (driver.Subscripti
 	return n.SubscribeWaiter(ctx, key, "")
 }
 
-// SubscribeWaiter is Subscribe for one waiter of a fair queue: a notice
-// addressed to another waiter (the release script names the first one)
-// does not wake it; notices addressed to nobody do. It implements
+// SubscribeWaiter is Subscribe for one waiter of a fair queue: it hears
+// the notices of the waiter's own channel (Keys.WaiterChannel), where the
+// release and dequeue scripts tell the first waiter its turn has come, so
+// that a hand-off wakes one connection, not every waiter's. It implements
 // driver.Backend.SubscribeWaiter.
 func (n *Notifier) SubscribeWaiter(ctx context.Context, key, waiter string) (driver.Subscription, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	name := KeysFor(n.prefix, key).Channel
+	if waiter != "" {
+		name = KeysFor(n.prefix, key).WaiterChannel(waiter)
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
@@ -155,7 +159,7 @@ func (n *Notifier) SubscribeWaiter(ctx context.Context, key, waiter string) (dri
 		ch = &channel{name: name, subs: map[*subscription]struct{}{}, attempt: newAttempt()}
 		n.chans[name] = ch
 	}
-	s := &subscription{n: n, ch: ch, waiter: waiter, notice: make(chan struct{}, 1), ready: ch.active}
+	s := &subscription{n: n, ch: ch, notice: make(chan struct{}, 1), ready: ch.active}
 	ch.subs[s] = struct{}{}
 	return s, nil
 }
@@ -322,7 +326,7 @@ func (n *Notifier) read(ps *goredis.PubSub) {
 		pause = 10 * time.Millisecond
 		switch m := msg.(type) {
 		case *goredis.Message:
-			n.notify(m.Channel, m.Payload)
+			n.notify(m.Channel)
 		case *goredis.Pong:
 			n.confirm(m.Payload)
 		}
@@ -380,16 +384,13 @@ func (n *Notifier) deniedLocked() error {
 	return fmt.Errorf("%w: redis notifier: release notices refused, polling instead: %w", driver.ErrUnsupported, n.denied)
 }
 
-// notify wakes the subscriptions of channel name that a notice addressed
-// to (a waiter id, or "" for everyone) is for.
-func (n *Notifier) notify(name, to string) {
+// notify wakes the subscriptions of channel name.
+func (n *Notifier) notify(name string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if ch := n.chans[name]; ch != nil {
 		for s := range ch.subs {
-			if to == "" || s.waiter == "" || s.waiter == to {
-				s.wake()
-			}
+			s.wake()
 		}
 	}
 }
@@ -433,7 +434,6 @@ func (n *Notifier) connectionLost() {
 type subscription struct {
 	n      *Notifier
 	ch     *channel
-	waiter string        // a fair queue's waiter: notices addressed to others pass it by
 	notice chan struct{} // holds at most one pending notice
 	ready  bool          // guarded by n.mu: notices since the last attempt reach us
 	closed bool          // guarded by n.mu

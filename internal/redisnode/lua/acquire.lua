@@ -124,9 +124,9 @@ if first and (not cur or cur == ARGV[1]) then
   redis.call('ZREM', KEYS[6], waiter)
 end
 -- A grant to a queued waiter comes a notice round trip after the release:
--- a notice addressed to no waiter ('=') tells watchers (Watch, election
--- observers) of the new holder, who might otherwise have looked in between
--- and then wait for their next poll.
+-- a notice on the release channel, where only watchers (Watch, election
+-- observers) and racing waiters listen, tells them of the new holder; they
+-- might otherwise have looked in between and then wait for their next poll.
 local announce = first and not cur
 if cur == ARGV[1] then
   -- A retry of this very attempt (the client resent it after losing the
@@ -152,12 +152,12 @@ end
 -- Redis stores it, and µs since the epoch, compared as canonical decimals.
 local t = redis.call('TIME')
 local now = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
-local token = redis.pcall('SET', KEYS[2], now, 'GET')
+local token = redis.pcall('SET', KEYS[2], now, 'PX', ARGV[4], 'GET')
 if type(token) == 'table' and token.err then
   return fail(token) -- not a string (WRONGTYPE): left as it was
 end
 if token and not string.match(token, '^-?%d+$') then
-  redis.call('SET', KEYS[2], token)
+  redis.call('SET', KEYS[2], token, 'PX', ARGV[4])
   return fail(redis.error_reply('ERR token counter ' .. KEYS[2] .. ' is not an integer'))
 end
 if not token or string.sub(token, 1, 1) == '-' or #token < #now or (#token == #now and token < now) then
@@ -165,20 +165,19 @@ if not token or string.sub(token, 1, 1) == '-' or #token < #now or (#token == #n
 else
   -- The counter was at or past the clock (a clock stepped back, or a
   -- counter raised by Redlock's phase 2 from a node whose clock runs ahead):
-  -- one past it, in Redis' exact integers.
-  redis.call('SET', KEYS[2], token)
+  -- one past it, in Redis' exact integers (INCR keeps the expiry).
+  redis.call('SET', KEYS[2], token, 'KEEPTTL')
   local n = redis.pcall('INCR', KEYS[2])
   if type(n) == 'table' and n.err then
     return fail(n)
   end
   token = redis.call('GET', KEYS[2])
 end
-redis.call('PEXPIRE', KEYS[2], ARGV[4])
 if ARGV[5] and ARGV[5] ~= '' then
   redis.call('HSET', KEYS[4], 'owner', ARGV[1], 'token', token, 'value', ARGV[5])
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
 end
 if announce then
-  redis.pcall('PUBLISH', ARGV[8], '=') -- best effort, as in release.lua
+  redis.pcall('PUBLISH', ARGV[8], '') -- best effort, as in release.lua
 end
 return token

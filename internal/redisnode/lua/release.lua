@@ -21,17 +21,24 @@
 -- window in ms, ARGV[5] '1' when the lock may have a holder record (KEYS[4]
 -- is always given), KEYS[5] and KEYS[6] the waiters and their deadlines.
 -- The first waiter has a window from the release to come and take the
--- lock: the notice names it, and wakes only it (the others come back every
--- window); past that, its place lapses.
+-- lock: a notice on its own channel wakes it, and only it (the others come
+-- back every window); past that, its place lapses.
 -- Returns 1 when released, 0 when the key is gone or someone else's.
 local tomb = tonumber(ARGV[3])
-local before = tomb > 0 and redis.call('GET', KEYS[2])
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  if before == '1' or before == '0' then
-    return tonumber(before)
+-- mark leaves the tombstone, never shortened: a give-back's longer one may
+-- have come first (one command when there is none yet, the usual case).
+local function mark(outcome)
+  if not redis.call('SET', KEYS[2], outcome, 'PX', tomb, 'NX') then
+    redis.call('SET', KEYS[2], outcome, 'PX', math.max(tomb, redis.call('PTTL', KEYS[2])))
   end
+end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   if tomb > 0 then
-    redis.call('SET', KEYS[2], '0', 'PX', math.max(tomb, redis.call('PTTL', KEYS[2])))
+    local before = redis.call('GET', KEYS[2])
+    if before == '1' or before == '0' then
+      return tonumber(before)
+    end
+    mark('0')
   end
   return 0
 end
@@ -40,20 +47,18 @@ if KEYS[4] and ARGV[5] ~= '0' then
   redis.call('DEL', KEYS[4])
 end
 if tomb > 0 then
-  -- Never shortened: a give-back's longer tombstone may have come first.
-  redis.call('SET', KEYS[2], '1', 'PX', math.max(tomb, redis.call('PTTL', KEYS[2])))
+  mark('1')
 end
-local to = ''
+-- A notice is best effort: a PUBLISH the client may not send (an ACL
+-- without the channel) must not fail the release done above.
 if ARGV[4] then
   local head = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
   if head then
     local t = redis.call('TIME')
     local nowms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     redis.call('ZADD', KEYS[6], 'XX', 'LT', nowms + tonumber(ARGV[4]), head)
-    to = head
+    redis.pcall('PUBLISH', ARGV[2] .. ':' .. head, '') -- its turn (Keys.WaiterChannel)
   end
 end
--- A notice is best effort: a PUBLISH the client may not send (an ACL
--- without the channel) must not fail the release done above.
-redis.pcall('PUBLISH', ARGV[2], to)
+redis.pcall('PUBLISH', ARGV[2], '') -- watchers, and waiters that race
 return 1
