@@ -60,7 +60,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	c := config{progress: stderr}
 	fs.DurationVar(&c.duration, "duration", 2*time.Second, "length of one measured run")
 	fs.IntVar(&c.runs, "runs", 3, "runs per side, interleaved; the table shows medians")
-	fs.StringSliceVar(&c.only, "only", nil, "pairs to measure: redis, redis-fair, redlock, etcd, zk, postgres, postgres-advisory (comma-separated; default all)")
+	fs.StringSliceVar(&c.only, "only", nil, "pairs to measure: redis, redis-race, redlock, etcd, zk, postgres, postgres-advisory (comma-separated; default all)")
 	fs.StringSliceVar(&c.scens, "scenarios", nil,
 		"scenarios to run: "+strings.Join(scenarioIDs(), ", ")+" (comma-separated; default all)")
 	fs.StringVar(&c.observeHoldFlag, "observe-hold", "120ms:200ms",

@@ -30,6 +30,14 @@ var scenarios = []scenario{
 	{id: "1key-hold5ms", title: "8 workers, 1 key, 5 ms hold", workers: 8, keys: 1, hold: 5 * time.Millisecond},
 }
 
+func scenarioByID(id string) *scenario {
+	i := slices.IndexFunc(scenarios, func(sc scenario) bool { return sc.id == id })
+	if i < 0 {
+		return nil
+	}
+	return &scenarios[i]
+}
+
 // drainLimit bounds how long the acquires under way at the end of a run
 // may still take to be granted (they are measured: cutting them off would
 // drop the longest waits).
@@ -46,6 +54,10 @@ type measurement struct {
 	// key means grants go to the same workers again and again.
 	MinPerWorker int `json:"min_per_worker"`
 	MaxPerWorker int `json:"max_per_worker"`
+	// RegrantPct is the share of grants, in percent, that went to the worker
+	// that had held the key just before: a releaser that takes its key back
+	// at once skips a hand-off (and makes the others wait longer).
+	RegrantPct float64 `json:"regrant_pct"`
 	// Allocations in this process per acquire+release, over all of the
 	// run's cycles (single-worker runs only: the clients' background
 	// goroutines count too, the harness's own loop allocates nothing).
@@ -90,6 +102,7 @@ func measure(ctx context.Context, s side, addrs []string, c config, sc scenario,
 		waits  = make([][]time.Duration, sc.workers)
 		errs   = make([]error, sc.workers)
 		m0, m1 runtime.MemStats
+		last   = newLastHolders()
 	)
 	for i := range waits {
 		waits[i] = make([]time.Duration, 0, 4096)
@@ -113,6 +126,7 @@ func measure(ctx context.Context, s side, addrs []string, c config, sc scenario,
 					return
 				}
 				waits[i] = append(waits[i], time.Since(t0))
+				last.granted(key, i)
 				if sc.hold > 0 {
 					time.Sleep(sc.hold)
 				}
@@ -137,6 +151,7 @@ func measure(ctx context.Context, s side, addrs []string, c config, sc scenario,
 	all := slices.Concat(waits...)
 	m := measurement{Ops: sum(ops), Grants: len(all), MinPerWorker: slices.Min(ops), MaxPerWorker: slices.Max(ops)}
 	m.OpsPerSec = float64(m.Ops) / d.Seconds()
+	m.RegrantPct = last.regrantPct()
 	m.WaitP50Ms = ms(percentile(all, 50))
 	m.WaitP99Ms = ms(percentile(all, 99))
 	if n := sum(cycles); sc.workers == 1 && n > 0 {
@@ -144,6 +159,38 @@ func measure(ctx context.Context, s side, addrs []string, c config, sc scenario,
 		m.BytesPerOp = float64(m1.TotalAlloc-m0.TotalAlloc) / float64(n)
 	}
 	return m, nil
+}
+
+// lastHolders counts the grants that go back to the key's previous holder.
+type lastHolders struct {
+	mu               sync.Mutex
+	last             map[string]int
+	grants, regrants int
+}
+
+func newLastHolders() *lastHolders { return &lastHolders{last: map[string]int{}} }
+
+// granted records that worker w was granted key (the previous holder has
+// released it by then, so the calls come in grant order).
+func (l *lastHolders) granted(key string, w int) {
+	l.mu.Lock()
+	if prev, ok := l.last[key]; ok {
+		l.grants++
+		if prev == w {
+			l.regrants++
+		}
+	}
+	l.last[key] = w
+	l.mu.Unlock()
+}
+
+func (l *lastHolders) regrantPct() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.grants == 0 {
+		return 0
+	}
+	return 100 * float64(l.regrants) / float64(l.grants)
 }
 
 func sum(xs []int) int {

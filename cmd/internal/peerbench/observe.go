@@ -51,7 +51,7 @@ func electSides(p *pair, bo span) []electSide {
 func distlockElect(p *pair, bo span) electSide {
 	name := "distlock " + p.backend
 	if p.id != p.backend {
-		name = "distlock " + p.id // a variant, such as redis-fair
+		name = "distlock " + p.id // a variant, such as redis-race
 	}
 	var observeOpts []distlock.CallOption
 	if bo != (span{}) {

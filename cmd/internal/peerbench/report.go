@@ -67,6 +67,7 @@ type summary struct {
 	WaitP99Ms   float64 `json:"wait_p99_ms"`
 	AllocsPerOp float64 `json:"allocs_per_op,omitempty"`
 	BytesPerOp  float64 `json:"bytes_per_op,omitempty"`
+	RegrantPct  float64 `json:"regrant_pct"`
 }
 
 const method = "each pair on its own loopback servers started here; per scenario the sides alternate " +
@@ -178,6 +179,7 @@ func summarize(ms []measurement) summary {
 		WaitP99Ms:   pick(func(m measurement) float64 { return m.WaitP99Ms }),
 		AllocsPerOp: pick(func(m measurement) float64 { return m.AllocsPerOp }),
 		BytesPerOp:  pick(func(m measurement) float64 { return m.BytesPerOp }),
+		RegrantPct:  pick(func(m measurement) float64 { return m.RegrantPct }),
 	}
 }
 
@@ -289,11 +291,16 @@ func printReport(w io.Writer, rep *Report) {
 // printLockTables writes the lock scenarios' long table, the allocations
 // and the ratio matrix.
 func printLockTables(w io.Writer, rep *Report) {
-	rows := [][]string{{"scenario", "pair", "distlock ops/s", "peer ops/s", "ratio", "distlock p99 wait ms", "peer p99 wait ms", "p99 ratio"}}
+	rows := [][]string{{"scenario", "pair", "distlock ops/s", "peer ops/s", "ratio", "distlock p99 wait ms", "peer p99 wait ms", "p99 ratio",
+		"distlock re-grants", "peer re-grants"}}
 	for _, c := range rep.Cells {
-		rows = append(rows, []string{c.ScTitle, c.Title,
+		regrants := []string{"", ""}
+		if sc := scenarioByID(c.Scenario); sc != nil && sc.workers > sc.keys {
+			regrants = []string{fmt.Sprintf("%.0f%%", c.DL.RegrantPct), fmt.Sprintf("%.0f%%", c.PR.RegrantPct)}
+		}
+		rows = append(rows, append([]string{c.ScTitle, c.Title,
 			fmt.Sprintf("%.0f", c.DL.OpsPerSec), fmt.Sprintf("%.0f", c.PR.OpsPerSec), fmt.Sprintf("%.2f×", c.OpsRatio),
-			fmt.Sprintf("%.2f", c.DL.WaitP99Ms), fmt.Sprintf("%.2f", c.PR.WaitP99Ms), fmt.Sprintf("%.2f×", c.WaitP99Ratio)})
+			fmt.Sprintf("%.2f", c.DL.WaitP99Ms), fmt.Sprintf("%.2f", c.PR.WaitP99Ms), fmt.Sprintf("%.2f×", c.WaitP99Ratio)}, regrants...))
 	}
 	writeTable(w, rows, 2)
 
@@ -309,6 +316,10 @@ func printLockTables(w io.Writer, rep *Report) {
 
 	fmt.Fprintln(w, "\nratios, distlock / peer (ops/s: higher is better; p99 wait: lower is better):")
 	fmt.Fprint(w, matrix(rep))
+	if rows := targetRows(rep); len(rows) > 1 {
+		fmt.Fprintln(w, "\ntargets (ratios of this run; a miss's measured cause is in docs/performance.md):")
+		writeTable(w, rows, 4)
+	}
 }
 
 // matrix is the Markdown table of ratios: a row per scenario, a column per
