@@ -66,8 +66,14 @@ func newBackend(cli *clientv3.Client, owns bool, opts []driver.Option) (*backend
 		watchCreate: defaultWatchCreate,
 	}
 	b.leases = clientv3.RetryLeaseClient(cli)
-	b.loss = &watcher{b: b, keys: map[string]*handle{}, unsure: map[string]*handle{},
-		ownWatchers: reflect.TypeOf(cli.Watcher) == reflect.TypeOf(clientv3.NewWatcher(cli))}
+	b.loss = &watcher{b: b, queues: map[string]*queueWatch{}}
+	// A Watcher of the client's own watches the keys the raw stream would;
+	// a wrapped one (namespace) does not.
+	if conn := cli.ActiveConnection(); conn != nil && reflect.TypeOf(cli.Watcher) == reflect.TypeOf(clientv3.NewWatcher(cli)) {
+		b.loss.open = openRaw(conn)
+	} else {
+		b.loss.open, b.loss.whole = openWatcher(cli.Watcher), true
+	}
 	return b, nil
 }
 

@@ -15,9 +15,11 @@ import (
 // it is Grant.Handle. It is made, and registered with the loss watch, before
 // the attempt creates its key.
 type handle struct {
-	key      string   // the etcd key: queue + owner
-	w        *watcher // the loss watch it is registered with, or nil
-	rev      int64    // its CreateRevision, the token; 0 until created (under mu until granted)
+	key      string      // the etcd key: queue + owner
+	q        string      // its queue
+	w        *watcher    // the loss watch it is registered with, or nil
+	qw       *queueWatch // its queue's loss watch, if registered (under w.mu)
+	rev      int64       // its CreateRevision, the token; 0 until created (under mu until granted)
 	lost     context.Context
 	shutLost context.CancelFunc
 
@@ -68,10 +70,11 @@ func (h *handle) end() {
 	}
 }
 
-// newHandle makes the handle of an attempt on key and registers it with the
-// loss watch: before the key exists, so that no deletion of it can be missed.
-func (b *backend) newHandle(key string) *handle {
-	h := &handle{key: key}
+// newHandle makes the handle of an attempt on key, in queue q, and
+// registers it with the loss watch: before the key exists, so that no
+// deletion of it can be missed.
+func (b *backend) newHandle(q, key string) *handle {
+	h := &handle{key: key, q: q}
 	h.lost, h.shutLost = context.WithCancel(context.Background())
 	if b.lossWatch && b.loss.add(h) {
 		h.w = b.loss
@@ -92,6 +95,7 @@ func (b *backend) grant(req driver.Request, h *handle, rev int64, l *lease, star
 	validity := max(min(req.TTL, l.left(start)), time.Nanosecond)
 	g := driver.Grant{Token: rev, Validity: validity, Start: start, Handle: h}
 	if h.w != nil {
+		h.w.granted(h)
 		g.Lost = h.lost
 	}
 	return g
@@ -107,7 +111,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (_ driver.Gra
 	}
 	q := b.queue(req.Key)
 	me := q + req.Owner
-	h := b.newHandle(me)
+	h := b.newHandle(q, me)
 	start := time.Now()
 	resp, err := b.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(q), "=", 0).WithPrefix()).
