@@ -47,7 +47,7 @@ func (b *backend) Lock(ctx context.Context, req driver.Request) (_ driver.Grant,
 	}
 	q := b.queue(req.Key)
 	me := q + req.Owner
-	h := b.newHandle(me)
+	h := b.newHandle(q, me)
 	g, err := b.lock(ctx, req, q, h, l)
 	if err != nil {
 		h.end()
@@ -59,11 +59,11 @@ func (b *backend) Lock(ctx context.Context, req driver.Request) (_ driver.Grant,
 func (b *backend) lock(ctx context.Context, req driver.Request, q string, h *handle, l *lease) (driver.Grant, error) {
 	me := h.key
 	start := time.Now()
-	// One round trip: create our key, read the owner (lowest CreateRevision)
-	// and our predecessor (the two newest keys are us and it).
+	// One round trip: create our key and read our predecessor (the two
+	// newest keys are us and it). With none, nobody was queued before us:
+	// the lock is ours.
 	resp, err := b.cli.Txn(ctx).Then(
 		clientv3.OpPut(me, req.Value, clientv3.WithLease(l.id)),
-		clientv3.OpGet(q, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
 		clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)),
 	).Commit()
@@ -72,14 +72,13 @@ func (b *backend) lock(ctx context.Context, req driver.Request, q string, h *han
 		return driver.Grant{}, fmt.Errorf("etcd: joining the queue of %q: %w", req.Key, err)
 	}
 	rev := resp.Header.Revision
-	owner := resp.Responses[1].GetResponseRange().GetKvs()
-	newest := resp.Responses[2].GetResponseRange().GetKvs()
-	if len(owner) == 0 || len(newest) == 0 || string(newest[0].Key) != me {
+	newest := resp.Responses[1].GetResponseRange().GetKvs()
+	if len(newest) == 0 || string(newest[0].Key) != me {
 		err := fmt.Errorf("etcd: queue of %q read back without our key", req.Key)
 		b.abandon(ctx, me, l, rpctypes.ErrLeaseNotFound) // do not trust the lease
 		return driver.Grant{}, err
 	}
-	if string(owner[0].Key) == me {
+	if len(newest) == 1 {
 		return b.grant(req, h, rev, l, start), nil
 	}
 	pos := position{pred: string(newest[1].Key), from: rev + 1}
