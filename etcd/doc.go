@@ -14,8 +14,9 @@
 // the slash, since a grant of "app" covers app-billing/ too. A refused
 // certificate, password or permission is distlock.ErrAccessDenied.
 //
-// Each attempt on key K creates prefix/K/<owner>, bound to an etcd lease
-// of its own, with the holder's value (WithValue) as the key's value. The
+// Each attempt on key K creates prefix/K/<owner> (a random name, which the
+// Locker reuses once that key is deleted), bound to an etcd lease of its
+// own, with the holder's value (WithValue) as the key's value. The
 // owner of K is the key with the lowest CreateRevision; the fencing token
 // is that CreateRevision, a cluster-wide revision, so tokens strictly
 // increase across holders of K and across restarts and leader changes.

@@ -62,6 +62,7 @@ func newBackend(cli *clientv3.Client, owns bool, opts []driver.Option) (*backend
 		life:      life, stop: stop,
 		spares:  map[int64][]*lease{},
 		dropped: map[string]*lease{},
+		names:   map[string]string{},
 
 		watchCreate: defaultWatchCreate,
 	}
@@ -103,9 +104,11 @@ type backend struct {
 	closed bool
 	spares map[int64][]*lease // recycled leases by requested seconds
 	// dropped are the leases of TryLocks whose outcome is unknown, by
-	// queue key: the give-back revokes the lease, which deletes the key
+	// queue + owner value: the give-back revokes the lease, which deletes the key
 	// and refuses the put if it lands later.
 	dropped map[string]*lease
+	// names are key names free for reuse, by queue (keyName).
+	names map[string]string
 }
 
 var keyEscaper = strings.NewReplacer("%", "%25", "/", "%2F")

@@ -46,7 +46,7 @@ func (b *backend) Lock(ctx context.Context, req driver.Request) (_ driver.Grant,
 		return driver.Grant{}, err
 	}
 	q := b.queue(req.Key)
-	me := q + req.Owner
+	me := b.keyName(q, req.Owner)
 	h := b.newHandle(q, me)
 	g, err := b.lock(ctx, req, q, h, l)
 	if err != nil {
@@ -68,14 +68,14 @@ func (b *backend) lock(ctx context.Context, req driver.Request, q string, h *han
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)),
 	).Commit()
 	if err != nil {
-		b.abandon(ctx, me, l, err)
+		b.abandon(ctx, q, me, l, err)
 		return driver.Grant{}, fmt.Errorf("etcd: joining the queue of %q: %w", req.Key, err)
 	}
 	rev := resp.Header.Revision
 	newest := resp.Responses[1].GetResponseRange().GetKvs()
 	if len(newest) == 0 || string(newest[0].Key) != me {
 		err := fmt.Errorf("etcd: queue of %q read back without our key", req.Key)
-		b.abandon(ctx, me, l, rpctypes.ErrLeaseNotFound) // do not trust the lease
+		b.abandon(ctx, q, me, l, rpctypes.ErrLeaseNotFound) // do not trust the lease
 		return driver.Grant{}, err
 	}
 	if len(newest) == 1 {
@@ -85,7 +85,7 @@ func (b *backend) lock(ctx context.Context, req driver.Request, q string, h *han
 	g, err := b.wait(ctx, req, q, h, rev, l, pos)
 	if err != nil {
 		if !errors.Is(err, errKeyGone) {
-			b.abandon(ctx, me, l, err)
+			b.abandon(ctx, q, me, l, err)
 		}
 		return driver.Grant{}, err
 	}
@@ -447,7 +447,7 @@ func (b *backend) position(ctx context.Context, q, me string, rev int64) (positi
 // abandon removes a key whose acquire failed (with cause) or was cancelled,
 // on a context of its own since ctx may be over. If that fails too, the lease
 // is dropped and takes the key with it when it expires.
-func (b *backend) abandon(ctx context.Context, me string, l *lease, cause error) {
+func (b *backend) abandon(ctx context.Context, q, me string, l *lease, cause error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	// Recycle the lease only if the key was there to delete: if it was not,
@@ -456,6 +456,7 @@ func (b *backend) abandon(ctx context.Context, me string, l *lease, cause error)
 	// that fails, the key goes when the lease expires.
 	resp, err := b.cli.Delete(cctx, me)
 	if err == nil && resp.Deleted == 1 && !leaseGone(cause) {
+		b.freeName(q, me)
 		b.putSpare(l)
 		return
 	}
