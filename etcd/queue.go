@@ -420,12 +420,12 @@ func (b *backend) boundedPosition(ctx context.Context, q, me string, rev int64) 
 }
 
 // position reads where our key stands in the queue, in one round trip that
-// also checks the key still exists.
+// also checks the key still exists: our predecessor is the newest key
+// created before ours, and with none we own the lock.
 func (b *backend) position(ctx context.Context, q, me string, rev int64) (position, error) {
 	resp, err := b.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(me), "=", rev)).
 		Then(
-			clientv3.OpGet(q, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
 			clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1),
 				clientv3.WithMaxCreateRev(rev-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)),
 		).Commit()
@@ -436,9 +436,8 @@ func (b *backend) position(ctx context.Context, q, me string, rev int64) (positi
 		return position{}, errKeyGone
 	}
 	from := resp.Header.Revision + 1
-	owner := resp.Responses[0].GetResponseRange().GetKvs()
-	pred := resp.Responses[1].GetResponseRange().GetKvs()
-	if len(pred) == 0 || (len(owner) > 0 && string(owner[0].Key) == me) {
+	pred := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(pred) == 0 {
 		return position{owner: true, from: from}, nil
 	}
 	return position{pred: string(pred[0].Key), from: from}, nil
