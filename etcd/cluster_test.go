@@ -463,9 +463,15 @@ func others(endpoints []string, skip int) []string {
 	return out
 }
 
-// isCovered reports whether the watch hears every revision from seen on.
+// isCovered reports whether some queue is watched and every queue's watch
+// hears every revision from its seen on.
 func (w *watcher) isCovered() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.covered
+	for _, qw := range w.queues {
+		if !qw.covered {
+			return false
+		}
+	}
+	return len(w.queues) > 0
 }

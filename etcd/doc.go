@@ -14,8 +14,9 @@
 // the slash, since a grant of "app" covers app-billing/ too. A refused
 // certificate, password or permission is distlock.ErrAccessDenied.
 //
-// Each attempt on key K creates prefix/K/<owner>, bound to an etcd lease
-// of its own, with the holder's value (WithValue) as the key's value. The
+// Each attempt on key K creates prefix/K/<owner> (a random name, which the
+// Locker reuses once that key is deleted), bound to an etcd lease of its
+// own, with the holder's value (WithValue) as the key's value. The
 // owner of K is the key with the lowest CreateRevision; the fencing token
 // is that CreateRevision, a cluster-wide revision, so tokens strictly
 // increase across holders of K and across restarts and leader changes.
@@ -34,10 +35,11 @@
 //     lock frees when its lease runs out, after up to ceil(TTL)+1 s (or
 //     the server's minimum lease TTL, 2 s with etcd's defaults).
 //     Lease.Expires never exceeds the requested TTL.
-//   - With WithLossWatch (the default) Lease.Done closes soon after a
-//     lock's key is deleted; one watch on the prefix serves every lock of
-//     the Locker, and a member that hangs delays notices by about 3 s per
-//     try.
+//   - With WithLossWatch (the default) Lease.Done closes within a round
+//     trip or two of the deletion of a lock's key (by hand, or its lease
+//     revoked or expired on the server); the Locker watches the queues of
+//     its own keys only, on one gRPC stream, and a member that hangs
+//     delays notices by about 3 s per try.
 //   - Renewal is batched (RefreshBatch): renewing thousands of locks costs
 //     a few round trips, and no goroutine, per interval. An uncontended
 //     acquire on a warm Locker is one round trip.

@@ -62,12 +62,19 @@ func newBackend(cli *clientv3.Client, owns bool, opts []driver.Option) (*backend
 		life:      life, stop: stop,
 		spares:  map[int64][]*lease{},
 		dropped: map[string]*lease{},
+		names:   map[string]string{},
 
 		watchCreate: defaultWatchCreate,
 	}
 	b.leases = clientv3.RetryLeaseClient(cli)
-	b.loss = &watcher{b: b, keys: map[string]*handle{}, unsure: map[string]*handle{},
-		ownWatchers: reflect.TypeOf(cli.Watcher) == reflect.TypeOf(clientv3.NewWatcher(cli))}
+	b.loss = &watcher{b: b, queues: map[string]*queueWatch{}}
+	// A Watcher of the client's own watches the keys the raw stream would;
+	// a wrapped one (namespace) does not.
+	if conn := cli.ActiveConnection(); conn != nil && reflect.TypeOf(cli.Watcher) == reflect.TypeOf(clientv3.NewWatcher(cli)) {
+		b.loss.open = openRaw(conn)
+	} else {
+		b.loss.open, b.loss.whole = openWatcher(cli.Watcher), true
+	}
 	return b, nil
 }
 
@@ -97,9 +104,11 @@ type backend struct {
 	closed bool
 	spares map[int64][]*lease // recycled leases by requested seconds
 	// dropped are the leases of TryLocks whose outcome is unknown, by
-	// queue key: the give-back revokes the lease, which deletes the key
+	// queue + owner value: the give-back revokes the lease, which deletes the key
 	// and refuses the put if it lands later.
 	dropped map[string]*lease
+	// names are key names free for reuse, by queue (keyName).
+	names map[string]string
 }
 
 var keyEscaper = strings.NewReplacer("%", "%25", "/", "%2F")

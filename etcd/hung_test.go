@@ -301,8 +301,8 @@ func TestLossWatchNamespacedClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := be.(*backend)
-	if b.loss.ownWatchers {
-		t.Fatal("namespace client taken for own watchers")
+	if !b.loss.whole {
+		t.Fatal("namespace client watched on a raw stream, outside its namespace")
 	}
 	l, err := distlock.New(be)
 	if err != nil {

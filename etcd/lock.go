@@ -15,9 +15,11 @@ import (
 // it is Grant.Handle. It is made, and registered with the loss watch, before
 // the attempt creates its key.
 type handle struct {
-	key      string   // the etcd key: queue + owner
-	w        *watcher // the loss watch it is registered with, or nil
-	rev      int64    // its CreateRevision, the token; 0 until created (under mu until granted)
+	key      string      // the etcd key: queue + owner
+	q        string      // its queue
+	w        *watcher    // the loss watch it is registered with, or nil
+	qw       *queueWatch // its queue's loss watch, if registered (under w.mu)
+	rev      int64       // its CreateRevision, the token; 0 until created (under mu until granted)
 	lost     context.Context
 	shutLost context.CancelFunc
 
@@ -68,10 +70,11 @@ func (h *handle) end() {
 	}
 }
 
-// newHandle makes the handle of an attempt on key and registers it with the
-// loss watch: before the key exists, so that no deletion of it can be missed.
-func (b *backend) newHandle(key string) *handle {
-	h := &handle{key: key}
+// newHandle makes the handle of an attempt on key, in queue q, and
+// registers it with the loss watch: before the key exists, so that no
+// deletion of it can be missed.
+func (b *backend) newHandle(q, key string) *handle {
+	h := &handle{key: key, q: q}
 	h.lost, h.shutLost = context.WithCancel(context.Background())
 	if b.lossWatch && b.loss.add(h) {
 		h.w = b.loss
@@ -92,6 +95,7 @@ func (b *backend) grant(req driver.Request, h *handle, rev int64, l *lease, star
 	validity := max(min(req.TTL, l.left(start)), time.Nanosecond)
 	g := driver.Grant{Token: rev, Validity: validity, Start: start, Handle: h}
 	if h.w != nil {
+		h.w.granted(h)
 		g.Lost = h.lost
 	}
 	return g
@@ -106,8 +110,8 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (_ driver.Gra
 		return driver.Grant{}, err
 	}
 	q := b.queue(req.Key)
-	me := q + req.Owner
-	h := b.newHandle(me)
+	me := b.keyName(q, req.Owner)
+	h := b.newHandle(q, me)
 	start := time.Now()
 	resp, err := b.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(q), "=", 0).WithPrefix()).
@@ -117,11 +121,12 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (_ driver.Gra
 		// The put may have happened, or may still: the lease is dropped,
 		// not recycled, and the give-back (unlockAttempt) revokes it.
 		h.end()
-		b.drop(me, l)
+		b.drop(q+req.Owner, l)
 		return driver.Grant{}, fmt.Errorf("etcd: creating %q: %w", me, err)
 	}
 	if !resp.Succeeded {
 		h.end()
+		b.freeName(q, me)
 		b.putSpare(l)
 		return driver.Grant{}, &distlock.HeldError{Key: req.Key}
 	}
@@ -236,6 +241,7 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) (err error) {
 	if !resp.Succeeded {
 		return fmt.Errorf("%w: etcd: %q is gone", distlock.ErrNotHeld, h.key)
 	}
+	b.freeName(h.q, h.key)
 	b.putSpare(l)
 	return nil
 }
@@ -243,27 +249,28 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) (err error) {
 // unlockAttempt gives back a TryLock whose reply was lost: it revokes the
 // attempt's lease, which deletes its key if the put landed and refuses the
 // put if it lands later, so one call settles it. Without the lease (another
-// Locker's attempt, or a full map) it deletes the key, whose name holds the
-// attempt's owner value, so it cannot be anyone else's.
+// Locker's attempt, or a full map) it deletes the key named after the
+// attempt's owner value, which cannot be anyone else's; an attempt that
+// reused a name (keyName) is then left to its lease's expiry.
 func (b *backend) unlockAttempt(ctx context.Context, g driver.Grant) error {
-	me := b.queue(g.Key) + g.Owner
+	attempt := b.queue(g.Key) + g.Owner
 	b.mu.Lock()
-	l := b.dropped[me]
-	delete(b.dropped, me)
+	l := b.dropped[attempt]
+	delete(b.dropped, attempt)
 	b.mu.Unlock()
 	if l != nil {
 		_, err := b.cli.Revoke(ctx, l.id)
 		if err == nil || leaseGone(err) {
 			return nil
 		}
-		b.drop(me, l) // asked again by the portable layer
-		return fmt.Errorf("etcd: revoking the lease of %q: %w", me, err)
+		b.drop(attempt, l) // asked again by the portable layer
+		return fmt.Errorf("etcd: revoking the lease of %q: %w", attempt, err)
 	}
 	// No lease kept: the attempt failed before its put was sent (taking
 	// a lease), or the map was full. Delete the key if it is there; if it
 	// is not, there is nothing to ask again for.
-	if _, err := b.cli.Delete(ctx, me); err != nil {
-		return fmt.Errorf("etcd: deleting %q: %w", me, err)
+	if _, err := b.cli.Delete(ctx, attempt); err != nil {
+		return fmt.Errorf("etcd: deleting %q: %w", attempt, err)
 	}
 	return nil
 }
@@ -272,9 +279,9 @@ func (b *backend) unlockAttempt(ctx context.Context, g driver.Grant) error {
 // are forgotten, and a give-back without its lease deletes the key instead.
 const maxDropped = 1024
 
-// drop keeps l, the lease of the ambiguous attempt on queue key me, for its
-// give-back.
-func (b *backend) drop(me string, l *lease) {
+// drop keeps l, the lease of the ambiguous attempt (queue + owner value),
+// for its give-back.
+func (b *backend) drop(attempt string, l *lease) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.dropped) >= maxDropped {
@@ -286,6 +293,34 @@ func (b *backend) drop(me string, l *lease) {
 		}
 	}
 	if len(b.dropped) < maxDropped {
-		b.dropped[me] = l
+		b.dropped[attempt] = l
+	}
+}
+
+// maxNames bounds the queues with a key name kept for reuse.
+const maxNames = 1024
+
+// keyName names the key of an attempt on queue q: the Locker's last key
+// there if it is known deleted, else one after the attempt's owner value.
+// etcd keeps a deleted key in its index until the history is compacted,
+// and every read of the queue walks past it: with a name per attempt,
+// a key locked again and again grew a longer walk with each lock.
+func (b *backend) keyName(q, owner string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if k, ok := b.names[q]; ok {
+		delete(b.names, q)
+		return k
+	}
+	return q + owner
+}
+
+// freeName offers key, of queue q, for reuse: it is known not to exist
+// (deleted by us, or never created), and no put of it is on its way.
+func (b *backend) freeName(q, key string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.names) < maxNames {
+		b.names[q] = key
 	}
 }

@@ -2,21 +2,23 @@ package etcd
 
 import (
 	"context"
-	"strconv"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/distlock/distlock/internal/clock"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/metadata"
 )
 
 const (
-	// restartMin and restartMax bound the pause before the loss watch is
-	// made again after it broke (doubling while it keeps failing).
+	// restartMin and restartMax bound the pause before the loss watch's
+	// session is made again after it broke (doubling while it keeps
+	// failing).
 	restartMin = 50 * time.Millisecond
 	restartMax = time.Second
 	// checkChunk is how many keys one check transaction reads (etcd's
@@ -24,51 +26,95 @@ const (
 	checkChunk = 128
 	// checkTimeout bounds one check transaction.
 	checkTimeout = 5 * time.Second
-	// progressEvery is how often the watch asks its member for a progress
-	// notice; a watch that heard nothing for silentAfter is made again (on
-	// another connection, if the client's balancer has one). A member that
-	// hangs with its connection open would otherwise keep every loss
-	// notice back until it came back.
+	// progressEvery is how often the session asks its member for a
+	// progress notice; a session that heard nothing for silentAfter is made
+	// again (on another connection, if the client's balancer has one). A
+	// member that hangs with its connection open would otherwise keep every
+	// loss notice back until it came back.
 	progressEvery = time.Second
 	silentAfter   = 3 * time.Second
-	// watchTryKey is the gRPC metadata key that gives each loss watch try
-	// a stream of its own.
-	watchTryKey = "distlock-loss-watch-try"
+	// lingerFor is how long a queue stays watched after the Locker's last
+	// lock or attempt on it ended: a key locked again and again then costs
+	// no watch of its own per lock.
+	lingerFor = 5 * time.Second
+	// maxIdle bounds the queues watched with no lock of the Locker on them;
+	// past it the longest idle go first.
+	maxIdle = 64
 )
 
-// watcher is the backend's loss watch: one etcd watch on the whole prefix
-// (deletions only), started with the first lock, that hands each deletion
-// to the handle of that key, if it has one. A handle is registered before
-// its key is created, so that no deletion of the key can come before it.
+// watcher is the backend's loss watch: one etcd watch (deletions only) per
+// queue prefix/K/ on which the Locker has a lock or an attempt, or had one
+// within lingerFor, that hands each deletion to the handle of that key, if
+// it has one; other Lockers' locks on other keys cost it nothing. Its
+// watches share one gRPC stream, a session, made again when it breaks. A
+// handle is registered, and its queue's watch asked for, before its key is
+// created.
 //
-// It misses nothing: while covered, the watch (or its successor, made again
-// from the revision after the last one it handed over) hears every revision
-// from before the registration of every handle on. When it cannot be made
-// from there (compacted), and before the first watch is up, handles are
-// marked unsure; once a new watch is up, a read of each unsure key settles
-// whether it was deleted in the gap.
+// It misses nothing: while a queue's watch is covered, it (or its
+// successor, made again from the revision after the last one it handed
+// over) hears every revision after from, so a lock whose key was created
+// after from is covered. Any other lock (its key created before its queue's
+// watch, or the watch compacted away or not up yet) is unsure: once the
+// watch covers it, a read of its key settles whether it was deleted in the
+// gap.
 type watcher struct {
 	b *backend
-	// beforeWatch, if set (by tests), runs before each watch is made.
+	// beforeWatch, if set (by tests), runs before each session is made.
 	beforeWatch func()
-	tries       uint64 // watches made; only run touches it
-	// ownWatchers: the client's Watcher is its own (not wrapped), so each
-	// try can have a clientv3.Watcher of its own on the same connection.
-	ownWatchers bool
+	// open opens a session's stream; whole: its watches cannot be told
+	// apart by queue, so one watch of the whole prefix serves every lock.
+	open  func(ctx context.Context) (lossStream, error)
+	whole bool
 
-	// mu guards the fields below; a handle's own mu is taken inside it.
+	// mu guards the fields below, the queue watches and the session's;
+	// a handle's own mu is taken inside it.
 	mu      sync.Mutex
 	started bool
 	closed  bool
-	covered bool  // the watch hears every revision after seen, or will
-	seen    int64 // every deletion up to seen was handed over
-	keys    map[string]*handle
-	unsure  map[string]*handle // to read once the watch is up
-	cancel  context.CancelFunc // ends the current watch (tests break it)
+	queues  map[string]*queueWatch
+	sess    *session           // the session running, if any
+	cancel  context.CancelFunc // ends the current session (tests break it)
 }
 
-// add registers h, whose key is about to be created; false if the backend
-// is closing (then nothing reports h's loss).
+// session is one stream and the queue watches on it.
+type session struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	st     lossStream
+	wake   chan struct{} // something to send, or to check
+	up     atomic.Bool   // a watch of it was confirmed
+
+	// Under watcher.mu:
+	nextID  int64
+	byID    map[int64]*queueWatch
+	creates []*queueWatch // watches to ask for
+	cancels []int64       // watches to end
+}
+
+// queueWatch is the loss watch of one queue; watcher.mu guards it.
+type queueWatch struct {
+	q       string
+	keys    map[string]*handle
+	unsure  map[string]*handle // to read once covered
+	covered bool               // the watch hears every revision after from, or will
+	from    int64
+	seen    int64     // every deletion up to seen was handed over
+	idle    time.Time // since when no handle is registered; zero while some are
+	id      int64     // its watch in the current session; 0 if none
+	afresh  bool      // that watch was asked from the current revision
+}
+
+// scope is the queue whose watch reports h's deletion.
+func (w *watcher) scope(h *handle) string {
+	if w.whole {
+		return w.b.prefix + "/"
+	}
+	return h.q
+}
+
+// add registers h, whose key is about to be created, and makes sure its
+// queue is watched; false if the backend is closing (then nothing reports
+// h's loss).
 func (w *watcher) add(h *handle) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -80,21 +126,49 @@ func (w *watcher) add(h *handle) bool {
 		w.b.wg.Add(1)
 		go w.run()
 	}
-	w.keys[h.key] = h
-	if !w.covered {
-		w.unsure[h.key] = h
+	q := w.scope(h)
+	qw := w.queues[q]
+	if qw == nil {
+		qw = &queueWatch{q: q, keys: map[string]*handle{}, unsure: map[string]*handle{}}
+		w.queues[q] = qw
+	}
+	qw.keys[h.key] = h
+	qw.idle = time.Time{}
+	h.qw = qw
+	if w.sess != nil && qw.id == 0 {
+		w.sess.watchLocked(qw)
 	}
 	return true
+}
+
+// granted settles whether the watch of h's queue covers h, just granted;
+// if not, h's key is read once it does.
+func (w *watcher) granted(h *handle) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	qw := h.qw
+	if qw.keys[h.key] != h || (qw.covered && h.rev > qw.from) {
+		return
+	}
+	qw.unsure[h.key] = h
+	if qw.covered && w.sess != nil {
+		w.sess.poke()
+	}
 }
 
 // remove unregisters h (released, or its attempt failed).
 func (w *watcher) remove(h *handle) {
 	w.mu.Lock()
-	if w.keys[h.key] == h {
-		delete(w.keys, h.key)
-		delete(w.unsure, h.key)
+	defer w.mu.Unlock()
+	qw := h.qw
+	if qw.keys[h.key] != h {
+		return
 	}
-	w.mu.Unlock()
+	delete(qw.keys, h.key)
+	delete(qw.unsure, h.key)
+	if len(qw.keys) == 0 {
+		qw.idle = time.Now()
+	}
 }
 
 // close stops new registrations; the caller then ends b.life and waits.
@@ -104,8 +178,8 @@ func (w *watcher) close() {
 	w.mu.Unlock()
 }
 
-// run is the watch's goroutine: it makes the watch, and makes it again
-// whenever it breaks, until the backend closes.
+// run is the loss watch's goroutine: it makes the session, and makes it
+// again whenever it breaks, until the backend closes.
 func (w *watcher) run() {
 	defer w.b.wg.Done()
 	pause := restartMin
@@ -113,7 +187,7 @@ func (w *watcher) run() {
 		if w.beforeWatch != nil {
 			w.beforeWatch()
 		}
-		if w.watch() {
+		if w.session() {
 			pause = restartMin
 		}
 		if w.b.life.Err() != nil {
@@ -126,139 +200,295 @@ func (w *watcher) run() {
 	}
 }
 
-// watch runs one etcd watch until it breaks; true if it was up.
-func (w *watcher) watch() (up bool) {
-	w.mu.Lock()
-	var from int64
-	if w.covered {
-		from = w.seen + 1
-	}
-	w.mu.Unlock()
-	// Each try has a gRPC stream of its own: clientv3 keeps one stream per
-	// ctx metadata, and a watch abandoned before its member answered (a
-	// hung member) pins that stream to the member, with every later watch
-	// of the same metadata queued behind it, unsent. A watcher of the
-	// try's own is closed with the try, pinned stream and all. A client
-	// whose Watcher is wrapped (namespace) is watched through its wrapper,
-	// with the try number as metadata: a stream pinned there stays open,
-	// idle, until the member answers or the client closes.
-	wt := w.b.cli.Watcher
-	if w.ownWatchers {
-		own := clientv3.NewWatcher(w.b.cli)
-		defer func() { _ = own.Close() }() // after cancel: keepAlive is done with it
-		wt = own
-	}
-	// WithRequireLeader: a member cut off from the leader ends the watch
-	// instead of leaving it silent; it is then made again, elsewhere.
-	w.tries++
-	md := clientv3.WithRequireLeader(w.b.life)
-	md = metadata.AppendToOutgoingContext(md, watchTryKey, strconv.FormatUint(w.tries, 10))
-	ctx, cancel := context.WithCancel(md)
+// session runs one session until it breaks; true if a watch of it was up.
+// Its stream sends what the session asks for and checks the unsure locks;
+// a goroutine of its own receives, and a timer ends the session once it
+// has heard nothing for silentAfter while it watches something.
+func (w *watcher) session() (up bool) {
+	// WithRequireLeader: a member cut off from the leader ends the stream
+	// instead of leaving it silent; the session is then made again,
+	// elsewhere.
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(w.b.life))
 	defer cancel()
+	st, err := w.open(ctx)
+	if err != nil {
+		return false
+	}
+	s := &session{ctx: ctx, cancel: cancel, st: st, wake: make(chan struct{}, 1), byID: map[int64]*queueWatch{}}
 	w.mu.Lock()
-	w.cancel = cancel
+	w.sess, w.cancel = s, cancel
+	for _, qw := range w.queues {
+		s.watchLocked(qw)
+	}
 	w.mu.Unlock()
-	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut(),
-		clientv3.WithCreatedNotify(), clientv3.WithProgressNotify()}
-	if from > 0 {
-		opts = append(opts, clientv3.WithRev(from))
-	}
-	var heard atomic.Int64 // when the watch last heard from its member
-	heard.Store(time.Now().UnixNano())
-	w.b.wg.Add(1)
+	silent := time.AfterFunc(silentAfter, cancel)
+	defer silent.Stop()
+	received := make(chan struct{})
 	go func() {
-		defer w.b.wg.Done()
-		w.keepAlive(ctx, wt, cancel, &heard)
+		defer close(received)
+		w.receive(s, silent)
 	}()
-	for wr := range wt.Watch(ctx, w.b.prefix+"/", opts...) {
-		heard.Store(time.Now().UnixNano())
-		if wr.CompactRevision != 0 {
-			// The revisions after seen are gone: start afresh and read
-			// every key watched.
-			w.lostTrack()
-			return up
-		}
-		if wr.Err() != nil {
-			return up // made again from seen+1
-		}
-		if wr.Created {
-			up = true
-			if from == 0 {
-				w.mu.Lock()
-				w.covered, w.seen = true, wr.Header.Revision
-				w.mu.Unlock()
-			}
-			if w.check(ctx) != nil {
-				return up // checked again once the watch is back
-			}
-			continue
-		}
-		var last int64
-		for _, ev := range wr.Events {
-			last = ev.Kv.ModRevision
-			if ev.Type != mvccpb.DELETE {
-				continue
-			}
-			w.mu.Lock()
-			h := w.keys[string(ev.Kv.Key)]
-			w.mu.Unlock()
-			if h != nil {
-				h.deleted(ev.Kv.ModRevision)
-			}
-		}
-		if wr.IsProgressNotify() {
-			last = wr.Header.Revision
-		}
-		w.mu.Lock()
-		w.seen = max(w.seen, last)
-		w.mu.Unlock()
+
+	w.serve(s, silent)
+
+	w.mu.Lock()
+	w.sess = nil
+	for _, qw := range w.queues {
+		qw.id = 0
 	}
-	return up
+	w.mu.Unlock()
+	cancel()
+	st.close()
+	<-received
+	return s.up.Load()
 }
 
-// keepAlive asks for a progress notice every progressEvery and ends the
-// watch (cancel) once it has heard nothing for silentAfter.
-func (w *watcher) keepAlive(ctx context.Context, wt clientv3.Watcher, cancel context.CancelFunc, heard *atomic.Int64) {
+// serve sends what s asks for, checks unsure locks, asks for a progress
+// notice every progressEvery (it reaches every watch of the stream) and
+// ends idle watches, until s ends.
+func (w *watcher) serve(s *session, silent *time.Timer) {
 	t := time.NewTicker(progressEvery)
 	defer t.Stop()
 	for {
+		if w.flush(s) != nil || w.checkAll(s) != nil {
+			s.cancel() // made again, each watch from its seen+1
+			return
+		}
 		select {
-		case <-ctx.Done():
+		case <-s.ctx.Done():
 			return
+		case <-s.wake:
 		case <-t.C:
+			if !w.sweep(s) {
+				silent.Reset(silentAfter) // nothing watched: nothing to hear
+				continue
+			}
+			if s.st.progress() != nil {
+				s.cancel()
+				return
+			}
 		}
-		if time.Since(time.Unix(0, heard.Load())) > silentAfter {
-			cancel() // made again from seen+1
-			return
-		}
-		// The watch's own ctx: progress requests go to its stream.
-		rctx, rcancel := context.WithTimeout(ctx, progressEvery)
-		_ = wt.RequestProgress(rctx)
-		rcancel()
 	}
 }
 
-// lostTrack marks every handle unsure after a gap in the watch.
-func (w *watcher) lostTrack() {
-	w.mu.Lock()
-	w.covered, w.seen = false, 0
-	for k, h := range w.keys {
-		w.unsure[k] = h
+// watchLocked asks for a watch of qw in s.
+func (s *session) watchLocked(qw *queueWatch) {
+	s.nextID++
+	qw.id = s.nextID
+	s.byID[qw.id] = qw
+	s.creates = append(s.creates, qw)
+	s.poke()
+}
+
+// poke wakes the session's sender.
+func (s *session) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
 	}
+}
+
+// flush sends the watch requests and cancels s has pending.
+func (w *watcher) flush(s *session) error {
+	type create struct {
+		id    int64
+		q     string
+		start int64
+	}
+	w.mu.Lock()
+	var creates []create
+	for _, qw := range s.creates {
+		if s.byID[qw.id] != qw {
+			continue // dropped meanwhile
+		}
+		c := create{id: qw.id, q: qw.q}
+		if qw.covered {
+			c.start = qw.seen + 1
+		}
+		qw.afresh = !qw.covered
+		creates = append(creates, c)
+	}
+	cancels := s.cancels
+	s.creates, s.cancels = nil, nil
+	w.mu.Unlock()
+	for _, c := range creates {
+		if err := s.st.create(c.id, c.q, c.start); err != nil {
+			return err
+		}
+	}
+	for _, id := range cancels {
+		if err := s.st.cancel(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// receive hands each response of s's stream over, until the stream breaks
+// or a response ends the session.
+func (w *watcher) receive(s *session, silent *time.Timer) {
+	defer s.cancel()
+	for {
+		resp, err := s.st.recv()
+		if err != nil {
+			return
+		}
+		silent.Reset(silentAfter)
+		if w.response(s, resp) != nil {
+			return
+		}
+	}
+}
+
+// response handles one response: a watch confirmed (afresh: it covers
+// what comes after its header), compacted (made again afresh, its locks
+// unsure), a progress notice, or deletions to hand over. A watch refused or
+// ended by the server ends the session.
+func (w *watcher) response(s *session, resp *pb.WatchResponse) error {
+	if resp.Created {
+		s.up.Store(true)
+	}
+	rev := resp.GetHeader().GetRevision()
+	if resp.WatchId == clientv3.InvalidWatchID {
+		if resp.Canceled {
+			return fmt.Errorf("etcd: loss watch refused: %s", resp.CancelReason)
+		}
+		w.progress(s, rev)
+		return nil
+	}
+	w.mu.Lock()
+	qw := s.byID[resp.WatchId]
+	w.mu.Unlock()
+	switch {
+	case qw == nil: // ended meanwhile
+	case resp.CompactRevision != 0:
+		w.lostTrack(s, qw, resp.WatchId)
+	case resp.Canceled:
+		return fmt.Errorf("etcd: loss watch of %q ended: %s", qw.q, resp.CancelReason)
+	case resp.Created:
+		w.mu.Lock()
+		if qw.afresh {
+			qw.covered, qw.from, qw.seen = true, rev, rev
+		}
+		w.mu.Unlock()
+		s.poke() // check its unsure locks
+	default:
+		w.deletions(qw, resp)
+	}
+	return nil
+}
+
+// deletions hands the deletions of resp over to their handles.
+func (w *watcher) deletions(qw *queueWatch, resp *pb.WatchResponse) {
+	last := resp.GetHeader().GetRevision() // a progress notice
+	for _, ev := range resp.Events {
+		last = ev.Kv.ModRevision
+		if ev.Type != mvccpb.DELETE {
+			continue
+		}
+		w.mu.Lock()
+		h := qw.keys[string(ev.Kv.Key)]
+		w.mu.Unlock()
+		if h != nil {
+			h.deleted(ev.Kv.ModRevision)
+		}
+	}
+	w.mu.Lock()
+	qw.seen = max(qw.seen, last)
 	w.mu.Unlock()
 }
 
-// check reads the unsure keys, the watch being up (so that a deletion
-// after the read is heard): a key absent at the read's revision was
-// deleted if it had been created by then.
-func (w *watcher) check(ctx context.Context) error {
+// progress records a progress notice of the stream: every watch of s has
+// handed over everything up to rev.
+func (w *watcher) progress(s *session, rev int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, qw := range s.byID {
+		qw.seen = max(qw.seen, rev)
+	}
+}
+
+// lostTrack marks every handle of qw unsure after a gap in its watch
+// (watch id, which the server has ended), and asks for it again afresh.
+func (w *watcher) lostTrack(s *session, qw *queueWatch, id int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(s.byID, id)
+	qw.covered, qw.from, qw.seen = false, 0, 0
+	for k, h := range qw.keys {
+		qw.unsure[k] = h
+	}
+	if qw.id == id {
+		s.watchLocked(qw)
+	}
+}
+
+// sweep ends the watches of the queues idle for lingerFor, and of the
+// longest idle past maxIdle; it reports whether s still watches anything.
+func (w *watcher) sweep(s *session) (watching bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	var idle []*queueWatch
+	for _, qw := range w.queues {
+		switch {
+		case qw.idle.IsZero():
+		case now.Sub(qw.idle) >= lingerFor:
+			w.dropLocked(s, qw)
+		default:
+			idle = append(idle, qw)
+		}
+	}
+	if len(idle) > maxIdle {
+		slices.SortFunc(idle, func(a, b *queueWatch) int { return a.idle.Compare(b.idle) })
+		for _, qw := range idle[:len(idle)-maxIdle] {
+			w.dropLocked(s, qw)
+		}
+	}
+	return len(s.byID) > 0
+}
+
+// dropLocked forgets the idle queue qw and ends its watch.
+func (w *watcher) dropLocked(s *session, qw *queueWatch) {
+	if qw.id != 0 {
+		delete(s.byID, qw.id)
+		s.cancels = append(s.cancels, qw.id)
+	}
+	delete(w.queues, qw.q)
+}
+
+// checkAll reads the unsure keys of every covered queue of s.
+func (w *watcher) checkAll(s *session) error {
+	w.mu.Lock()
+	var qws []*queueWatch
+	for _, qw := range w.queues {
+		if qw.covered && len(qw.unsure) > 0 {
+			qws = append(qws, qw)
+		}
+	}
+	w.mu.Unlock()
+	for _, qw := range qws {
+		if err := w.check(s.ctx, qw); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// check reads the unsure keys of qw while it is covered (so that a
+// deletion after the read is heard, and the read is at a revision at or
+// after from): a key absent at the read's revision was deleted if it had
+// been created by then; one created later is covered.
+func (w *watcher) check(ctx context.Context, qw *queueWatch) error {
 	for {
 		w.mu.Lock()
 		var hs []*handle
-		for _, h := range w.unsure {
-			hs = append(hs, h)
-			if len(hs) == checkChunk {
-				break
+		if qw.covered {
+			for _, h := range qw.unsure {
+				hs = append(hs, h)
+				if len(hs) == checkChunk {
+					break
+				}
 			}
 		}
 		w.mu.Unlock()
@@ -285,8 +515,8 @@ func (w *watcher) check(ctx context.Context) error {
 		}
 		w.mu.Lock()
 		for _, h := range hs {
-			if w.unsure[h.key] == h {
-				delete(w.unsure, h.key)
+			if qw.unsure[h.key] == h {
+				delete(qw.unsure, h.key)
 			}
 		}
 		w.mu.Unlock()

@@ -33,11 +33,12 @@ func WithPrefix(prefix string) Option {
 
 // WithLossWatch turns on (the default) or off the loss watch, which closes
 // Lease.Done soon after a held lock's key is deleted (lease revoked or
-// expired, key removed by hand): within a round trip of the deletion. It is
-// one etcd watch on the prefix for all the locks of the Locker (made with
-// the first lock); it hears every deletion under the prefix, other
-// processes' releases included. Without it a loss is noticed at the next
-// refresh or at the local deadline.
+// expired on the server, key removed by hand): within a round trip or two
+// of the deletion while the server answers. It watches each key's queue
+// while the Locker holds or waits for it (and for 5 s after), all on one
+// gRPC stream of the Locker's, so it hears only its own keys' queues.
+// Without it a loss is noticed at the next refresh or at the local
+// deadline.
 func WithLossWatch(on bool) Option {
 	return Option{driver.BackendOption("etcd", "WithLossWatch", lossWatchKey{}, on)}
 }

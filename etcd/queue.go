@@ -46,8 +46,8 @@ func (b *backend) Lock(ctx context.Context, req driver.Request) (_ driver.Grant,
 		return driver.Grant{}, err
 	}
 	q := b.queue(req.Key)
-	me := q + req.Owner
-	h := b.newHandle(me)
+	me := b.keyName(q, req.Owner)
+	h := b.newHandle(q, me)
 	g, err := b.lock(ctx, req, q, h, l)
 	if err != nil {
 		h.end()
@@ -59,34 +59,33 @@ func (b *backend) Lock(ctx context.Context, req driver.Request) (_ driver.Grant,
 func (b *backend) lock(ctx context.Context, req driver.Request, q string, h *handle, l *lease) (driver.Grant, error) {
 	me := h.key
 	start := time.Now()
-	// One round trip: create our key, read the owner (lowest CreateRevision)
-	// and our predecessor (the two newest keys are us and it).
+	// One round trip: create our key and read our predecessor (the two
+	// newest keys are us and it). With none, nobody was queued before us:
+	// the lock is ours.
 	resp, err := b.cli.Txn(ctx).Then(
 		clientv3.OpPut(me, req.Value, clientv3.WithLease(l.id)),
-		clientv3.OpGet(q, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
 		clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)),
 	).Commit()
 	if err != nil {
-		b.abandon(ctx, me, l, err)
+		b.abandon(ctx, q, me, l, err)
 		return driver.Grant{}, fmt.Errorf("etcd: joining the queue of %q: %w", req.Key, err)
 	}
 	rev := resp.Header.Revision
-	owner := resp.Responses[1].GetResponseRange().GetKvs()
-	newest := resp.Responses[2].GetResponseRange().GetKvs()
-	if len(owner) == 0 || len(newest) == 0 || string(newest[0].Key) != me {
+	newest := resp.Responses[1].GetResponseRange().GetKvs()
+	if len(newest) == 0 || string(newest[0].Key) != me {
 		err := fmt.Errorf("etcd: queue of %q read back without our key", req.Key)
-		b.abandon(ctx, me, l, rpctypes.ErrLeaseNotFound) // do not trust the lease
+		b.abandon(ctx, q, me, l, rpctypes.ErrLeaseNotFound) // do not trust the lease
 		return driver.Grant{}, err
 	}
-	if string(owner[0].Key) == me {
+	if len(newest) == 1 {
 		return b.grant(req, h, rev, l, start), nil
 	}
 	pos := position{pred: string(newest[1].Key), from: rev + 1}
 	g, err := b.wait(ctx, req, q, h, rev, l, pos)
 	if err != nil {
 		if !errors.Is(err, errKeyGone) {
-			b.abandon(ctx, me, l, err)
+			b.abandon(ctx, q, me, l, err)
 		}
 		return driver.Grant{}, err
 	}
@@ -421,12 +420,12 @@ func (b *backend) boundedPosition(ctx context.Context, q, me string, rev int64) 
 }
 
 // position reads where our key stands in the queue, in one round trip that
-// also checks the key still exists.
+// also checks the key still exists: our predecessor is the newest key
+// created before ours, and with none we own the lock.
 func (b *backend) position(ctx context.Context, q, me string, rev int64) (position, error) {
 	resp, err := b.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(me), "=", rev)).
 		Then(
-			clientv3.OpGet(q, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
 			clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1),
 				clientv3.WithMaxCreateRev(rev-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)),
 		).Commit()
@@ -437,9 +436,8 @@ func (b *backend) position(ctx context.Context, q, me string, rev int64) (positi
 		return position{}, errKeyGone
 	}
 	from := resp.Header.Revision + 1
-	owner := resp.Responses[0].GetResponseRange().GetKvs()
-	pred := resp.Responses[1].GetResponseRange().GetKvs()
-	if len(pred) == 0 || (len(owner) > 0 && string(owner[0].Key) == me) {
+	pred := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(pred) == 0 {
 		return position{owner: true, from: from}, nil
 	}
 	return position{pred: string(pred[0].Key), from: from}, nil
@@ -448,7 +446,7 @@ func (b *backend) position(ctx context.Context, q, me string, rev int64) (positi
 // abandon removes a key whose acquire failed (with cause) or was cancelled,
 // on a context of its own since ctx may be over. If that fails too, the lease
 // is dropped and takes the key with it when it expires.
-func (b *backend) abandon(ctx context.Context, me string, l *lease, cause error) {
+func (b *backend) abandon(ctx context.Context, q, me string, l *lease, cause error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	// Recycle the lease only if the key was there to delete: if it was not,
@@ -457,6 +455,7 @@ func (b *backend) abandon(ctx context.Context, me string, l *lease, cause error)
 	// that fails, the key goes when the lease expires.
 	resp, err := b.cli.Delete(cctx, me)
 	if err == nil && resp.Deleted == 1 && !leaseGone(cause) {
+		b.freeName(q, me)
 		b.putSpare(l)
 		return
 	}
