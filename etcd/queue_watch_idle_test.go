@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,4 +85,53 @@ func TestCloseDuringLossWatchReconnect(t *testing.T) {
 	}
 	time.Sleep(3 * time.Second)
 	testutil.CheckNoGoroutines(t, base, ours...)
+}
+
+// Queues released together are locked again one by one around the end of
+// their linger (lingerFor), when a sweep ends their watches: each new lock
+// is reported when its key is deleted right after the grant, whether it
+// came just before the eviction, during it or after.
+func TestLossNoticeAroundLingerEnd(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 120*time.Second)
+	_, l := e.backendLocker()
+	const keys = 30
+	for i := range keys {
+		ls, err := l.TryAcquire(ctx, fmt.Sprintf("linger-%d", i), distlock.WithTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	released := time.Now()
+	var wg sync.WaitGroup
+	for i := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Until(released.Add(lingerFor - 700*time.Millisecond + time.Duration(i)*80*time.Millisecond)))
+			acquire := l.TryAcquire
+			if i%2 == 1 {
+				acquire = l.Acquire
+			}
+			ls, err := acquire(ctx, fmt.Sprintf("linger-%d", i), distlock.WithTTL(30*time.Second))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := e.admin.Delete(ctx, ownerKey(t, ls)); err != nil {
+				t.Error(err)
+				return
+			}
+			select {
+			case <-ls.Done():
+			case <-time.After(lossNotice):
+				t.Errorf("linger-%d, locked %v after its release: Done did not close within %v of its key's deletion",
+					i, lingerFor-700*time.Millisecond+time.Duration(i)*80*time.Millisecond, lossNotice)
+			}
+		}()
+	}
+	wg.Wait()
 }
