@@ -33,6 +33,11 @@ const (
 	// loss notice back until it came back.
 	progressEvery = time.Second
 	silentAfter   = 3 * time.Second
+	// maxCatchUp is the most revisions a resumed watch may have to replay:
+	// etcd replays about 10,000 a second and sends nothing (not even
+	// progress) meanwhile, so a longer replay would outlast silentAfter
+	// again and again. Past it the watch is made afresh and its keys read.
+	maxCatchUp = 5000
 	// lingerFor is how long a queue stays watched after the Locker's last
 	// lock or attempt on it ended: a key locked again and again then costs
 	// no watch of its own per lock.
@@ -367,10 +372,18 @@ func (w *watcher) response(s *session, resp *pb.WatchResponse) error {
 		return fmt.Errorf("etcd: loss watch of %q ended: %s", qw.q, resp.CancelReason)
 	case resp.Created:
 		w.mu.Lock()
+		behind := !qw.afresh && rev-qw.seen > maxCatchUp
 		if qw.afresh {
 			qw.covered, qw.from, qw.seen = true, rev, rev
 		}
+		if behind {
+			s.cancels = append(s.cancels, resp.WatchId)
+		}
 		w.mu.Unlock()
+		if behind {
+			w.lostTrack(s, qw, resp.WatchId)
+			return nil
+		}
 		s.poke() // check its unsure locks
 	default:
 		w.deletions(qw, resp)
@@ -409,7 +422,8 @@ func (w *watcher) progress(s *session, rev int64) {
 }
 
 // lostTrack marks every handle of qw unsure after a gap in its watch
-// (watch id, which the server has ended), and asks for it again afresh.
+// (watch id, which the server has ended or is told to end), and asks for
+// it again afresh.
 func (w *watcher) lostTrack(s *session, qw *queueWatch, id int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

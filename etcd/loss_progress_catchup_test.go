@@ -23,13 +23,13 @@ func queueWatchState(b *backend, q string) (covered bool, seen int64, ok bool) {
 }
 
 // A loss watch resumed after a break (from the revision after the last it
-// saw) is served by etcd's catch-up loop: at most 1000 revisions of its
-// range per 100 ms round. Puts are filtered out (NOPUT), so a catch-up
-// through a long run of puts in the queue's range sends nothing, and the
-// session's silence timer (silentAfter) ends it before the catch-up is
-// done; the next session resumes from the same revision, and so on: the
-// deletion of the lock, after the puts, is never heard. Nothing was
-// compacted, the server is healthy.
+// saw) is served by etcd's catch-up loop, about 10,000 revisions a second,
+// and puts are filtered out (NOPUT): a catch-up through a long run of puts
+// in the queue's range sends nothing, not even progress. Resumed from
+// there, each session outlasted silentAfter, was made again from the same
+// revision, and the deletion of the lock after the puts was never heard.
+// A watch that would replay more than maxCatchUp revisions is now made
+// afresh, its keys read.
 func TestLossNoticeAfterLongCatchUp(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 120*time.Second)
