@@ -17,6 +17,7 @@ import (
 // gets on the key must be exclusive, carry a larger token than the last,
 // and be reported lost when its key is deleted.
 func TestKeyNameReusedAcrossCancelledWaits(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 120*time.Second)
 	l := e.locker()

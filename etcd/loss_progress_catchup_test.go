@@ -31,6 +31,7 @@ func queueWatchState(b *backend, q string) (covered bool, seen int64, ok bool) {
 // A watch that would replay more than maxCatchUp revisions is now made
 // afresh, its keys read.
 func TestLossNoticeAfterLongCatchUp(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 120*time.Second)
 	b, l := e.backendLocker()

@@ -17,6 +17,7 @@ import (
 // whose queue is being evicted, are still reported when their keys are
 // deleted right after the grant.
 func TestLossNoticeAfterIdleQueueEvicted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 120*time.Second)
 	b, l := e.backendLocker()
@@ -92,6 +93,7 @@ func TestCloseDuringLossWatchReconnect(t *testing.T) {
 // is reported when its key is deleted right after the grant, whether it
 // came just before the eviction, during it or after.
 func TestLossNoticeAroundLingerEnd(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 120*time.Second)
 	_, l := e.backendLocker()
