@@ -157,9 +157,11 @@ func KillRestartServer(down time.Duration) Fault {
 		Name: "kill-restart-server", Applies: func(tg *Target) bool { return len(tg.Servers) == 1 },
 		Tolerated: func(g distlock.Guarantees, tg *Target) bool { return !g.RestartLosesLocks },
 		// Clients reconnect after the restart with a back-off of their own
-		// (go-zookeeper waits a second per try with one server): leave a
-		// loaded host room for the first grant after it.
-		Settle: 3 * time.Second,
+		// (go-zookeeper waits a second per try with one server); a client
+		// that misses its restored session's timeout gets a new session
+		// only once the server expires the old one, and its znodes with
+		// it. Leave a loaded host room for the first grant after that.
+		Settle: 5 * time.Second,
 		Inject: func(ctx context.Context, env *Env) (Injected, error) {
 			s := env.Target.primary()
 			in := Injected{Worker: -1, Start: Mono()}
