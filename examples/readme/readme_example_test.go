@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/distlock/distlock"
-	_ "github.com/distlock/distlock/all" // registers every backend's URL scheme
+	_ "github.com/distlock/distlock/redis" // registers redis://; see "Which backend?" for the others
 	"github.com/distlock/distlock/fencing"
 )
 
@@ -24,7 +24,7 @@ func Example() {
 	pool := connect(ctx) // a *pgxpool.Pool on $DATABASE_URL
 	defer pool.Close()
 	done(func() error {
-		locker, err := distlock.Open(ctx, os.Getenv("DISTLOCK_URL")) // redis://…, etcd://…, zk://…; unset: ErrInvalidURL
+		locker, err := distlock.Open(ctx, os.Getenv("DISTLOCK_URL")) // e.g. redis://127.0.0.1:6379; unset: ErrInvalidURL
 		if err != nil {
 			return err
 		}
