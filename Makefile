@@ -1,4 +1,4 @@
-# The README's two commands: `make demo` (the main job) and `make test`.
+# The README's commands: `make test` (what CI runs), `make demo`, `make bench-peers`, `make soak`.
 #
 # Five modules: the library (go.mod at the root), the etcd backend (etcd/:
 # etcd's client brings Prometheus and gRPC middleware), package all (all/:
