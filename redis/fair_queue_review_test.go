@@ -228,3 +228,50 @@ func TestFairQueueServerRestart(t *testing.T) {
 		}
 	}
 }
+
+// A release that lands while the head's subscription to its own channel is
+// not active yet (the release races its SUBSCRIBE) is caught by the retry
+// after the subscription becomes active: over many tries, no head waits
+// for its fallback poll (min(holder PTTL, 5s)).
+func TestFairHeadReleaseRacesItsSubscribe(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := t.Context()
+	admin := newClient(t, srv.Addr())
+	waiters, _ := redisnode.KeysFor(redis.DefaultPrefix, "race").Queue()
+	holder := newLocker(t, srv.Addr())
+	var worst time.Duration
+	for i := range 40 {
+		ls, err := holder.TryAcquire(ctx, "race", distlock.WithTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := newLocker(t, srv.Addr())
+		got := make(chan error, 1)
+		go func() {
+			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			w, err := l.Acquire(actx, "race", distlock.WithTTL(30*time.Second))
+			if err == nil {
+				err = w.Release(ctx)
+			}
+			got <- err
+		}()
+		for admin.ZCard(ctx, waiters).Val() == 0 {
+			time.Sleep(50 * time.Microsecond)
+		}
+		time.Sleep(time.Duration(i%8) * 250 * time.Microsecond)
+		released := time.Now()
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("try %d: %v", i, err)
+		}
+		worst = max(worst, time.Since(released))
+		_ = l.Close()
+	}
+	t.Logf("longest grant after a release racing the head's subscribe: %v", worst)
+	if worst > time.Second {
+		t.Fatalf("a head whose subscribe raced the release waited %v", worst)
+	}
+}
