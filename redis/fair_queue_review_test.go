@@ -275,3 +275,56 @@ func TestFairHeadReleaseRacesItsSubscribe(t *testing.T) {
 		t.Fatalf("a head whose subscribe raced the release waited %v", worst)
 	}
 }
+
+// Each waiter subscribes to a channel of its own; once the waits are over
+// (granted, or ended by ctx) none of those channels stays subscribed on
+// the server, though the Locker stays open.
+func TestFairWaiterChannelsUnsubscribed(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := t.Context()
+	admin := newClient(t, srv.Addr())
+	holder := newLocker(t, srv.Addr())
+	l := newLocker(t, srv.Addr())
+	for i := range 10 {
+		ls, err := holder.TryAcquire(ctx, "chans", distlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 2)
+		for j := range 2 {
+			go func() {
+				d := 10 * time.Second
+				if j == 1 {
+					d = 300 * time.Millisecond // gives up
+				}
+				actx, cancel := context.WithTimeout(ctx, d)
+				defer cancel()
+				w, err := l.Acquire(actx, "chans", distlock.WithTTL(time.Minute))
+				if err == nil {
+					err = w.Release(ctx)
+				} else if j == 1 {
+					err = nil
+				}
+				got <- err
+			}()
+		}
+		queued(t, srv, "chans", 2)
+		time.Sleep(400 * time.Millisecond)
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := <-got; err != nil {
+				t.Fatalf("round %d: %v", i, err)
+			}
+		}
+	}
+	pattern := redisnode.KeysFor(redis.DefaultPrefix, "chans").Channel + ":*"
+	var left []string
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if left = admin.PubSubChannels(ctx, pattern).Val(); len(left) == 0 {
+			return
+		}
+	}
+	t.Fatalf("%d per-waiter channels still subscribed after every wait ended: %v", len(left), left)
+}
