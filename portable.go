@@ -292,7 +292,7 @@ func (l *locker) attempt(ctx context.Context, req *driver.Request, o *driver.Set
 	start = now()
 	g, err = l.b.TryLock(ctx, *req)
 	if mayHaveTaken(err) {
-		l.abandon(*req, o)
+		l.abandon(*req, o, false)
 	}
 	return g, start, err
 }

@@ -60,8 +60,11 @@ func unavailable(err error) error {
 // then sit unused until its TTL. The release is owner-checked with the
 // attempt's own owner, so it can only free that attempt's lock; it is tried
 // again, with back-off, while it finds nothing (the request may land
-// later) or fails, within the release timeout. Close interrupts it.
-func (l *locker) abandon(req driver.Request, o *driver.Settings) {
+// later) or fails, within the release timeout. Close interrupts it. With
+// leave, the attempt was a waiting Acquire's last (its ctx ended): once the
+// give-back has settled, the attempt can no longer land, and the waiter
+// leaves the queue the attempt may have put it in.
+func (l *locker) abandon(req driver.Request, o *driver.Settings, leave bool) {
 	if mutation.On("no-giveback") { // mutation: no-giveback
 		return
 	}
@@ -72,6 +75,9 @@ func (l *locker) abandon(req driver.Request, o *driver.Settings) {
 		// asking would hold the client's connections after the heal. A
 		// refusal will not change by asking again.
 		_ = l.unlockRetrying(ctx, g, func(err error) bool { return err == nil || errors.Is(err, ErrAccessDenied) }, 0)
+		if leave && req.Waiter != "" {
+			l.dequeue(ctx, req)
+		}
 	})
 }
 
@@ -131,16 +137,22 @@ func (l *locker) leaveQueue(req driver.Request, o *driver.Settings) {
 	if l.noDequeue.Load() {
 		return
 	}
-	l.cleanUp("queue leaving", req.Key, o, func(ctx context.Context) {
-		err := l.b.Dequeue(ctx, req.Key, req.Waiter)
-		if errors.Is(err, driver.ErrUnsupported) {
-			l.noDequeue.Store(true) // no queue: nothing to leave, now or later
-			return
-		}
-		if err != nil {
-			l.log(slog.LevelDebug, "leaving the wait queue failed; the place lapses at its deadline", req.Key, err)
-		}
-	})
+	l.cleanUp("queue leaving", req.Key, o, func(ctx context.Context) { l.dequeue(ctx, req) })
+}
+
+// dequeue takes req's waiter out of the backend's queue.
+func (l *locker) dequeue(ctx context.Context, req driver.Request) {
+	if l.noDequeue.Load() {
+		return
+	}
+	err := l.b.Dequeue(ctx, req.Key, req.Waiter)
+	if errors.Is(err, driver.ErrUnsupported) {
+		l.noDequeue.Store(true) // no queue: nothing to leave, now or later
+		return
+	}
+	if err != nil {
+		l.log(slog.LevelDebug, "leaving the wait queue failed; the place lapses at its deadline", req.Key, err)
+	}
 }
 
 // The pauses between the calls of a give-back: the first, doubling; a lost
@@ -214,7 +226,7 @@ type poller struct {
 func (p *poller) try(ctx context.Context, attempt int) (driver.Grant, nextStep, error) {
 	g, err := p.l.b.TryLock(ctx, *p.req)
 	if mayHaveTaken(err) {
-		p.l.abandon(*p.req, p.o)
+		p.l.abandon(*p.req, p.o, ctx.Err() != nil)
 	}
 	if err != nil && ctx.Err() != nil && p.unreachable != nil {
 		return driver.Grant{}, settled, p.unreachable

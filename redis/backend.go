@@ -120,7 +120,7 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 				// Not durable enough: give the lock back rather than hand
 				// out a token that a failover could repeat.
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-				_, _ = redisnode.ReleaseOn(rctx, c, k, req.Owner, redisnode.GiveBackTombstone(req.TTL), req.Value != "")
+				_, _ = redisnode.ReleaseFairOn(rctx, c, k, req.Owner, redisnode.GiveBackTombstone(req.TTL), req.Value != "", b.handOffWindow())
 				cancel()
 				return err
 			}
@@ -136,6 +136,16 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 		return driver.Grant{}, &distlock.HeldError{Key: req.Key, RetryAfter: max(r.HolderTTL, 0)}
 	}
 	return driver.Grant{Token: int64(r.Token), Handle: &handle{keys: k, withValue: req.Value != ""}}, nil
+}
+
+// handOffWindow is the window a release gives the first waiter of the key's
+// fair queue. A Locker without the queue wakes that waiter too, with the
+// default window: other Lockers on the same keys may keep one.
+func (b *backend) handOffWindow() time.Duration {
+	if b.fair > 0 {
+		return b.fair
+	}
+	return DefaultFairWindow
 }
 
 // acquireOn runs one attempt on c: in the fair queue when there is one and
@@ -233,15 +243,7 @@ func (b *backend) Unlock(ctx context.Context, g driver.Grant) error {
 	} else {
 		k = redisnode.KeysFor(b.prefix, g.Key)
 	}
-	var (
-		ok  bool
-		err error
-	)
-	if b.fair > 0 {
-		ok, err = redisnode.ReleaseFairOn(ctx, b.client, k, g.Owner, tomb, g.Handle == nil || withValue(g), b.fair)
-	} else {
-		ok, err = redisnode.ReleaseOn(ctx, b.client, k, g.Owner, tomb, g.Handle == nil || withValue(g))
-	}
+	ok, err := redisnode.ReleaseFairOn(ctx, b.client, k, g.Owner, tomb, g.Handle == nil || withValue(g), b.handOffWindow())
 	switch {
 	case err != nil:
 		return b.classify(err)

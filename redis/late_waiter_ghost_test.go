@@ -16,13 +16,12 @@ import (
 )
 
 // A waiting Acquire whose first attempt is held up in the network ends by
-// ctx; its attempt is given back (tombstone), but the give-back is held up
-// too and lands after the attempt's late copy. That copy finds the lock
-// held and no tombstone yet, so it queues the waiter, whose Acquire is
-// over: a ghost place (deadline = the holder's PTTL + window + 5s) that
-// neither the give-back nor a dequeue removes. Inspect counts it, and at
-// the release the hand-off goes to the ghost, so the real waiter behind it
-// waits for the ghost's window to lapse.
+// ctx; the give-back of that attempt is held up too and lands after the
+// attempt's late copy, which found the lock held and queued the waiter.
+// The Acquire is over, so that place must go (the waiter leaves once the
+// give-back has settled): else Inspect counts it, and at the release the
+// hand-off goes to the ghost, and the real waiter behind it waits for the
+// ghost's window to lapse.
 func TestLateAttemptOfEndedWaitLeavesNoPlace(t *testing.T) {
 	srv := testserver.Redis(t)
 	ctx := t.Context()

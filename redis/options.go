@@ -103,7 +103,8 @@ func WithFairQueue(window time.Duration) Option {
 // WithoutFairQueue makes waiters race for the lock at every release, as
 // with bsm/redislock, instead of queueing: no queue keys, and a release
 // wakes every waiter of the key, so an unlucky one can lose many rounds in
-// a row.
+// a row. Its releases still wake the first waiter of a queue that other
+// Lockers keep on the key, with DefaultFairWindow.
 func WithoutFairQueue() Option {
 	return Option{driver.BackendOption("redis", "WithoutFairQueue", fairKey{}, time.Duration(0))}
 }

@@ -455,9 +455,10 @@ func ReleaseOn(ctx context.Context, c Doer, k Keys, owner string, tombstone time
 	return releaseOn(ctx, c, k, owner, tombstone, withRecord, 0)
 }
 
-// ReleaseFairOn is ReleaseOn for a lock with a fair queue: the first
-// waiter then has window from the release to take the lock, past which
-// its place lapses, and the notice names it (see SubscribeWaiter).
+// ReleaseFairOn is ReleaseOn for a lock whose key may have a fair queue:
+// its first waiter, if any, then has window from the release to take the
+// lock, past which its place lapses, and a notice of its own wakes it (see
+// SubscribeWaiter).
 func ReleaseFairOn(ctx context.Context, c Doer, k Keys, owner string, tombstone time.Duration, withRecord bool, window time.Duration) (bool, error) {
 	return releaseOn(ctx, c, k, owner, tombstone, withRecord, window)
 }
