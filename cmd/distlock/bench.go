@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -30,7 +31,7 @@ func cmdBench(ctx context.Context, args []string, s stdio) int {
 	rep, err := benchAll(ctx, c, s)
 	if err != nil {
 		fmt.Fprintf(s.err, "distlock bench: %v\n", err)
-		return exitFailure
+		return benchFailed(err)
 	}
 	rep.Kind = "bench"
 	return writeReports(rep, c, s)
@@ -117,7 +118,7 @@ func benchAll(ctx context.Context, c *benchConfig, s stdio) (*Report, error) {
 	for _, t := range targets {
 		b := &backend{url: t.URL, cfg: c, res: &BackendResult{URL: redact(t.URL), Server: t.Server, Samples: map[string][]float64{}}}
 		if _, err := b.lockersN(ctx, 1); err != nil {
-			return nil, fmt.Errorf("%s: %w", redact(t.URL), err)
+			return nil, backendError{fmt.Errorf("%s: %w", redact(t.URL), err)}
 		}
 		b.res.Guarantees = b.lockers[0].Guarantees()
 		b.res.Backend = b.res.Guarantees.Backend
@@ -139,7 +140,7 @@ func benchAll(ctx context.Context, c *benchConfig, s stdio) (*Report, error) {
 				key := fmt.Sprintf("bench/%s/%d/%s", strings.ReplaceAll(st.group, " ", "_"), r, randHex(4))
 				vals, samples, err := st.run(ctx, b, key)
 				if err != nil {
-					b.res.Errors = append(b.res.Errors, fmt.Sprintf("%s (repeat %d): %v", st.group, r+1, err))
+					b.res.stepFailed(fmt.Sprintf("%s (repeat %d)", st.group, r+1), err)
 					prog.note(fmt.Sprintf("%s %s: %v", b.res.Backend, st.group, err))
 					continue
 				}
@@ -160,6 +161,31 @@ func benchAll(ctx context.Context, c *benchConfig, s stdio) (*Report, error) {
 	rep.Env.LoadAvgEnd = loadAvg()
 	rep.Elapsed = time.Since(began).Round(time.Millisecond).String()
 	return rep, nil
+}
+
+// backendError is an error of opening a backend: whatever its class, it
+// is the backend failing (exit 69), not a measurement (exit 1).
+type backendError struct{ err error }
+
+func (e backendError) Error() string { return e.err.Error() }
+func (e backendError) Unwrap() error { return e.err }
+
+// benchFailed is bench's and compare's exit code for err, by the table
+// run uses (see exitCode).
+func benchFailed(err error) int {
+	if errors.As(err, new(backendError)) {
+		return openFailed(err)
+	}
+	return exitCode(err, exitFailure)
+}
+
+// stepFailed records a failed step: a backend that failed, or refused a
+// permission, sets that exit code; anything else is a measurement failure.
+func (r *BackendResult) stepFailed(what string, err error) {
+	r.Errors = append(r.Errors, fmt.Sprintf("%s: %v", what, err))
+	if code := exitCode(err, exitFailure); r.exit == 0 || r.exit == exitFailure {
+		r.exit = code
+	}
 }
 
 // planSteps lists the measurements to run, in report order.

@@ -38,6 +38,11 @@ backends side by side (every backend's repeat i runs before any repeat i+1):
 
 Figures are reported as the median over repeats with min..max beside it,
 so the noise of the machine shows.
+
+Exit status (the table "distlock run" uses): 0 every step measured; 1 a
+measurement failed (the report is still written, naming it); 64 usage
+error; 69 a backend unreachable or failing; 77 a backend refused the
+credentials or a permission.
 `
 
 // benchConfig is bench's (and compare's) flags.

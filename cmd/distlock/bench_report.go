@@ -26,6 +26,8 @@ type BackendResult struct {
 	FaultRows []matrixfile.Row `json:"fault_rows,omitempty"`
 	// Samples are latencies in ms by group, all repeats, for charts.
 	Samples map[string][]float64 `json:"-"`
+	// exit is the exit code its step errors call for (see stepFailed).
+	exit int
 }
 
 // Report is one bench or compare run.

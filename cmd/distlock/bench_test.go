@@ -158,3 +158,24 @@ func readReport(t *testing.T, path string) Report {
 	}
 	return rep
 }
+
+// TestBenchExitCodes: bench and compare exit by run's table: an
+// unreachable backend is 69, not a measurement failure.
+func TestBenchExitCodes(t *testing.T) {
+	closed := closedAddr(t)
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"bench", "--url", "redis://" + closed}, exitUnavailable},
+		{[]string{"compare", "--url", "redis://" + closed}, exitUnavailable},
+		{[]string{"bench", "--url", "etcd://" + closed}, exitUnavailable},
+		{[]string{"bench", "--url", "redis://" + closed + "?bogus=1"}, exitUsage},
+	} {
+		args := append(tc.args, "-q", "--measure", "uncontended", "--duration", "50ms", "--repeat", "1", "--json", filepath.Join(t.TempDir(), "r.json"))
+		r := runCLI(t, args...)
+		if r.code != tc.code {
+			t.Errorf("distlock %q: code %d, want %d\n%s", tc.args, r.code, tc.code, r.stderr)
+		}
+	}
+}

@@ -37,7 +37,8 @@ schedules of overlapping faults on every backend, within and beyond each
 backend's declared tolerance) writes ` + defaultSoak + `; compare reads it
 when it exists, or the file given with --soak, and shows per backend the
 guarded operations, faults by kind, violations by rule, the worst
-loss-notice delay and the worst recovery time.
+loss-notice delay and the worst recovery time. A --faults or --soak file
+that cannot be read exits 1 before anything is measured.
 `
 
 func cmdCompare(ctx context.Context, args []string, s stdio) int {
@@ -63,7 +64,7 @@ func cmdCompare(ctx context.Context, args []string, s stdio) int {
 	rep, err := benchAll(ctx, c, s)
 	if err != nil {
 		fmt.Fprintf(s.err, "distlock compare: %v\n", err)
-		return exitFailure
+		return benchFailed(err)
 	}
 	rep.Kind = "compare"
 	attachFaults(rep, fm, fmPath)

@@ -6,6 +6,8 @@
 //	distlock run [flags] -- COMMAND [ARG...]   run COMMAND while holding a lock
 //	distlock bench [flags]                     measure backends (latency, contention, hand-off, crash)
 //	distlock compare [flags]                   bench, plus each backend's declared guarantees and fault-matrix rows, in one report
+//	distlock fence [flags] -- SQL              inside `distlock run`: run SQL guarded by the job's fencing token
+//	distlock version                           print the version (also --version)
 //	distlock help [COMMAND]
 //
 // The backend is chosen by URL (mem://, redis://host:port, redlock://h1,h2,h3,
@@ -15,15 +17,23 @@
 // error rather than lock nothing across processes (mem:// is in-process
 // only: ask for it explicitly with --url mem://).
 //
-// Exit status of `distlock run`: the command's own status (128+N when it was
-// killed by signal N), or one of distlock's codes:
+// Exit status. One table serves every subcommand; the codes are
+// sysexits.h's where one fits:
 //
-//	64  usage error (bad flag, no or bad URL, no command)
-//	69  the backend could not be reached or failed
-//	70  the lease was lost while the command ran; the command was signalled
+//	0   success (run: the command's own status, 128+N if killed by signal N)
+//	1   bench/compare: a measurement failed; fence: the SQL statement failed
+//	64  usage error (bad flag, no or bad URL, no command, fence: DISTLOCK_* unset)
+//	65  fence: the write was refused, the token is stale (EX_DATAERR)
+//	69  the backend (or fence's database) could not be reached or failed
+//	70  run: the lease was lost while the command ran; the command was signalled
+//	75  run: the lock was not acquired (-n/--wait 0: held; --wait D: D ran out)
 //	77  the backend refused the credentials or a permission (EX_NOPERM)
-//	75  the lock was not acquired within --wait
-//	126 the command could not be started; 127 it was not found
+//	126 run: the command is not executable; 127 it was not found (both
+//	    checked before the backend is contacted)
+//
+// `distlock --version` (or `distlock version`) prints distlock's module
+// version, or "(devel)" with the VCS revision for a build from a checkout,
+// and the Go version.
 package main
 
 import (
@@ -36,17 +46,19 @@ import (
 
 	flag "github.com/spf13/pflag"
 
+	"github.com/distlock/distlock"
 	_ "github.com/distlock/distlock/all"
 )
 
 // Exit codes of distlock itself (see the package doc); sysexits.h where one fits.
 const (
 	exitOK          = 0
-	exitFailure     = 1  // bench/compare failed
+	exitFailure     = 1  // a bench/compare measurement, or fence's SQL, failed
 	exitUsage       = 64 // EX_USAGE
+	exitStale       = 65 // EX_DATAERR: fence refused a stale token
 	exitUnavailable = 69 // EX_UNAVAILABLE: backend unreachable or failing
 	exitLeaseLost   = 70 // EX_SOFTWARE: the lease was lost under the command
-	exitNotAcquired = 75 // EX_TEMPFAIL: --wait ran out; try again later
+	exitNotAcquired = 75 // EX_TEMPFAIL: held (-n) or --wait ran out; try again later
 	exitNoPerm      = 77 // EX_NOPERM: the backend refused the credentials or a permission
 	exitCannotExec  = 126
 	exitNotFound    = 127
@@ -74,6 +86,8 @@ func commands() []command {
 		{name: "run", summary: "run a command while holding a lock (like flock(1))", run: cmdRun},
 		{name: "bench", summary: "measure lock backends: latency, contention, hand-off, crash recovery", run: cmdBench},
 		{name: "compare", summary: "bench plus each backend's declared guarantees and fault-matrix rows, in one report", run: cmdCompare},
+		{name: "fence", summary: "inside `distlock run`: run SQL in a transaction guarded by the job's fencing token", run: cmdFence},
+		{name: "version", summary: "print distlock's version and the Go version it was built with", run: cmdVersion},
 		{name: "hold", hidden: true, summary: "hold a lock until killed (used by bench to emulate a crashed holder)", run: cmdHold},
 	}
 }
@@ -88,6 +102,8 @@ func cli(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	name := args[0]
 	switch name {
+	case "--version", "-version":
+		return cmdVersion(ctx, args[1:], s)
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 && name == "help" {
 			return cli(ctx, []string{args[1], "--help"}, stdin, stdout, stderr)
@@ -119,7 +135,7 @@ Commands:
 		}
 	}
 	fmt.Fprint(w, `
-Run "distlock COMMAND --help" for a command's flags.
+Run "distlock COMMAND --help" for a command's flags; "distlock --version" for the version.
 Backends are chosen by URL; registered schemes: `+strings.Join(schemes(), ", ")+`
 `)
 }
@@ -229,6 +245,21 @@ func parseFlags(fs *flagSet, args []string, s stdio) (code int, ok bool) {
 func usageError(s stdio, cmd, format string, args ...any) int {
 	fmt.Fprintf(s.err, "distlock %s: %s\nRun \"distlock %s --help\" for usage.\n", cmd, fmt.Sprintf(format, args...), cmd)
 	return exitUsage
+}
+
+// exitCode maps an error to the exit-code table shared by every
+// subcommand (see the package doc); fallback is the code of an error none
+// of the library's classes matches.
+func exitCode(err error, fallback int) int {
+	switch {
+	case errors.Is(err, distlock.ErrInvalid):
+		return exitUsage
+	case errors.Is(err, distlock.ErrAccessDenied):
+		return exitNoPerm
+	case errors.Is(err, distlock.ErrUnavailable), errors.Is(err, errOpenSlow):
+		return exitUnavailable
+	}
+	return fallback
 }
 
 // errText is err's message without the "distlock: " the library's errors

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +116,13 @@ func TestUsage(t *testing.T) {
 		{[]string{"run", "--url", "mem://", "--key", "bad\x00key", "--", "true"}, exitUsage, "invalid key"},
 		{[]string{"run", "--key", "k", "--", "true"}, exitUsage, "pass --url or set DISTLOCK_URL"},
 		{[]string{"run", "--url", "", "--key", "k", "--", "true"}, exitUsage, "--url is empty"},
+		{[]string{"run", "--url", "mem://", "--key", "k", "-n", "--wait", "1s", "--", "true"}, exitUsage, "contradict"},
+		{[]string{"run", "--url", "mem://", "--key", "k", "--wait", "-1s", "--", "true"}, exitUsage, "negative"},
+		{[]string{"run", "--help"}, exitOK, "75 not acquired"},
+		{[]string{"bench", "--help"}, exitOK, "69 a backend unreachable"},
+		{[]string{"compare", "--help"}, exitOK, "77 a backend refused"},
+		{[]string{"fence", "--help"}, exitOK, "65 refused"},
+		{[]string{"--help"}, exitOK, "--version"},
 		{[]string{"bench", "--duration", "0s"}, exitUsage, "--duration"},
 		{[]string{"bench", "--repeat", "0"}, exitUsage, "--repeat"},
 		{[]string{"bench", "--workers", "2,x"}, exitUsage, "want integers"},
@@ -194,6 +203,42 @@ func TestHelp(t *testing.T) {
 	for _, want := range []string{"\n      --workers ints ", "(default 2,8,32)", "\n      --json FILE "} {
 		if r.code != exitOK || !strings.Contains(r.stdout, want) {
 			t.Errorf("bench --help: code %d, lacks %q:\n%s", r.code, want, r.stdout)
+		}
+	}
+}
+
+// TestVersion: --version and version print distlock's version and Go's.
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"--version"}, {"version"}, {"-version"}} {
+		r := runCLI(t, args...)
+		if r.code != exitOK || !strings.HasPrefix(r.stdout, "distlock ") || !strings.HasSuffix(r.stdout, " "+runtime.Version()+"\n") || r.stderr != "" {
+			t.Errorf("distlock %q: code %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	if r := runCLI(t, "version", "extra"); r.code != exitUsage {
+		t.Errorf("version extra: code %d, want %d", r.code, exitUsage)
+	}
+	out, err := exec.Command(binPath, "--version").Output()
+	if err != nil || !strings.HasPrefix(string(out), "distlock ") || !strings.Contains(string(out), runtime.Version()) {
+		t.Errorf("the binary's --version: %q, %v", out, err)
+	}
+}
+
+func TestVersionString(t *testing.T) {
+	for _, tc := range []struct {
+		bi   *debug.BuildInfo
+		want string
+	}{
+		{nil, "(devel)"},
+		{&debug.BuildInfo{Main: debug.Module{Version: "v1.4.0"}}, "v1.4.0"},
+		{&debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "(devel)"},
+		{&debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
+			{Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.modified", Value: "false"}}}, "(devel) abc123"},
+		{&debug.BuildInfo{Settings: []debug.BuildSetting{
+			{Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.modified", Value: "true"}}}, "(devel) abc123+modified"},
+	} {
+		if got := versionString(tc.bi); got != tc.want {
+			t.Errorf("versionString(%+v) = %q, want %q", tc.bi, got, tc.want)
 		}
 	}
 }

@@ -57,8 +57,8 @@ func writeReports(rep *Report, c *benchConfig, s stdio) int {
 		write(c.htmlPath, h.Bytes())
 	}
 	for _, b := range rep.Backends {
-		if len(b.Errors) > 0 && code == exitOK {
-			code = exitFailure // the table is printed, but a step failed
+		if len(b.Errors) > 0 && (code == exitOK || code == exitFailure) {
+			code = max(b.exit, exitFailure) // the table is printed, but a step failed
 		}
 	}
 	return code

@@ -20,11 +20,19 @@ import (
 const runHelp = `
 Usage: distlock run --url URL --key KEY [flags] -- COMMAND [ARG...]
 
-Acquires the lock on --key (waiting up to --wait), runs COMMAND with the
+Acquires the lock on --key, runs COMMAND with the
 lock's fencing token in its environment, keeps the lease renewed while it
 runs, and releases the lock when it exits. If the lease is lost (for
 instance the backend expired it), COMMAND gets SIGTERM, then SIGKILL after
 --grace, and distlock exits with status 70.
+
+Waiting, as flock(1): by default run waits for the lock as long as it
+takes; --wait D waits up to D; -n (--nonblock), or --wait 0, does not
+wait: if another holder has the key, run exits 75 at once (flock -n exits
+1; distlock keeps sysexits' EX_TEMPFAIL), so a cron job that finds the
+previous run still going skips this turn. COMMAND is looked up (PATH, or
+the path given) before the backend is contacted: a missing COMMAND exits
+127, one that is not executable 126, without taking the lock.
 
 COMMAND's environment gains:
   DISTLOCK_TOKEN   the fencing token (pass it to what the lock protects)
@@ -49,8 +57,9 @@ sets no such signal, so a distlock killed by SIGKILL leaves COMMAND running
 after its lease expires: stop distlock with a signal it forwards instead.
 
 Exit status: COMMAND's (128+N if killed by signal N); 64 usage error;
-69 backend unreachable or failing; 70 lease lost; 75 not acquired within
---wait; 126 COMMAND not executable; 127 COMMAND not found.
+69 backend unreachable or failing; 70 lease lost; 75 not acquired (held,
+with -n or --wait 0; or --wait ran out); 77 credentials or a permission
+refused; 126 COMMAND not executable; 127 COMMAND not found.
 
 The backend is --url, else $DISTLOCK_URL; with neither, run stops with a
 usage error. mem:// locks only within one distlock process, so it excludes
@@ -64,6 +73,7 @@ type runConfig struct {
 	url, key          string
 	ttl, wait, grace  time.Duration
 	foreground, quiet bool
+	nonblock          bool // one attempt: -n, or --wait 0
 	// ttlOpts is WithTTL(ttl), or nothing when the URL sets the TTL and
 	// --ttl was not given (see leaseTTL).
 	ttlOpts []distlock.CallOption
@@ -78,7 +88,8 @@ func cmdRun(ctx context.Context, args []string, s stdio) int {
 	fs.StringVar(&c.url, "url", "", "backend `URL`, e.g. redis://127.0.0.1:6379 (default $DISTLOCK_URL; one of the two is required)")
 	fs.StringVar(&c.key, "key", "", "lock key (required)")
 	fs.DurationVar(&c.ttl, "ttl", defaultRunTTL, "lease TTL, renewed every TTL/3 while COMMAND runs; the URL's ttl= replaces the default, this flag replaces both")
-	fs.DurationVar(&c.wait, "wait", 0, "how long to wait for the lock; 0 waits forever")
+	fs.BoolVarP(&c.nonblock, "nonblock", "n", false, "do not wait: exit 75 at once if the key is held (like flock -n)")
+	fs.DurationVar(&c.wait, "wait", 0, "wait up to this long for the lock, then exit 75; 0 does not wait (as -n); not given: wait as long as it takes")
 	fs.DurationVar(&c.grace, "grace", 10*time.Second, "after a lost lease, time between SIGTERM and SIGKILL")
 	fs.BoolVar(&c.foreground, "foreground", false, "run COMMAND in distlock's process group (it may read the terminal; only COMMAND itself is signalled)")
 	fs.BoolVarP(&c.quiet, "quiet", "q", false, "print nothing but errors")
@@ -88,8 +99,28 @@ func cmdRun(ctx context.Context, args []string, s stdio) int {
 	if !fs.Changed("url") {
 		c.url = os.Getenv("DISTLOCK_URL")
 	}
+	if code := checkRunConfig(&c, fs, s); code != 0 {
+		return code
+	}
+	// Before the backend: a typo in COMMAND should not cost a lock (nor
+	// look like an unreachable backend).
+	if code := lookCommand(fs.Args()[0], s); code != 0 {
+		return code
+	}
+	c.ttlOpts = leaseTTL(c.url, c.ttl, fs.Changed("ttl"))
+	return runLocked(ctx, c, fs.Args(), s)
+}
+
+// checkRunConfig checks run's flags and settles the wait mode; it returns
+// exitUsage after printing the error, or 0.
+func checkRunConfig(c *runConfig, fs *flagSet, s stdio) int {
+	if fs.Changed("wait") && c.wait == 0 {
+		c.nonblock = true // flock -w 0: do not wait
+	}
 	argv := fs.Args()
 	switch {
+	case c.nonblock && c.wait > 0:
+		return usageError(s, "run", "-n (do not wait) and --wait %v contradict each other", c.wait)
 	case c.key == "":
 		return usageError(s, "run", "--key is required")
 	case len(argv) == 0:
@@ -106,8 +137,23 @@ func cmdRun(ctx context.Context, args []string, s stdio) int {
 		// mem:// would run the command while excluding no other run.
 		return usageError(s, "run", "no backend URL: pass --url or set DISTLOCK_URL, e.g. --url redis://127.0.0.1:6379 (--url mem:// locks only within this one process)")
 	}
-	c.ttlOpts = leaseTTL(c.url, c.ttl, fs.Changed("ttl"))
-	return runLocked(ctx, c, argv, s)
+	return 0
+}
+
+// lookCommand finds name as exec would (PATH, or the file when name has a
+// slash) and returns 0, or the exit code after printing why it cannot run:
+// exitNotFound when there is no such command, exitCannotExec otherwise (not
+// executable, a directory).
+func lookCommand(name string, s stdio) int {
+	_, err := exec.LookPath(name)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(s.err, "distlock run: %s\n", err)
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		return exitNotFound
+	}
+	return exitCannotExec
 }
 
 // leaseTTL is the Acquire option for a TTL flag: a flag given on the
@@ -274,7 +320,11 @@ func acquireForRun(ctx context.Context, l distlock.Locker, c runConfig, sigs <-c
 	got := make(chan result, 1)
 	go func() {
 		opts := append([]distlock.CallOption{distlock.WithAutoRenew(true)}, c.ttlOpts...)
-		ls, err := l.Acquire(actx, c.key, opts...)
+		acquire := l.Acquire
+		if c.nonblock {
+			acquire = l.TryAcquire
+		}
+		ls, err := acquire(actx, c.key, opts...)
 		got <- result{ls, err}
 	}()
 	var sig os.Signal
@@ -298,25 +348,15 @@ func acquireForRun(ctx context.Context, l distlock.Locker, c runConfig, sigs <-c
 		return nil, 128 + int(sig.(syscall.Signal))
 	case errors.Is(context.Cause(actx), errWait) || errors.Is(r.err, context.DeadlineExceeded):
 		return nil, exitNotAcquired
-	case errors.Is(r.err, distlock.ErrInvalid):
-		return nil, exitUsage
-	case errors.Is(r.err, distlock.ErrAccessDenied):
-		return nil, exitNoPerm
+	case c.nonblock && errors.Is(r.err, distlock.ErrNotAcquired):
+		return nil, exitNotAcquired
 	default:
-		return nil, exitUnavailable
+		return nil, exitCode(r.err, exitUnavailable)
 	}
 }
 
 // openFailed is the exit code of a backend that could not be opened.
-func openFailed(err error) int {
-	switch {
-	case errors.Is(err, distlock.ErrInvalid):
-		return exitUsage
-	case errors.Is(err, distlock.ErrAccessDenied):
-		return exitNoPerm
-	}
-	return exitUnavailable
-}
+func openFailed(err error) int { return exitCode(err, exitUnavailable) }
 
 // withoutCredentials is raw without its user:password@ and password
 // parameters, for the command's environment: the command gets the backend's

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -575,5 +576,95 @@ func TestRunKeepsCredentialsFromTheCommand(t *testing.T) {
 	}
 	if strings.Contains(r.stdout, "s3cret") {
 		t.Fatalf("the command's environment holds the password:\n%s", r.stdout)
+	}
+}
+
+// closedAddr is a loopback address nothing listens on: a backend there is
+// unreachable, and fails fast (connection refused).
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// TestRunNonblock: -n, --nonblock and --wait 0 make one attempt, as
+// flock -n: a held key exits 75 at once, a free one runs the command.
+func TestRunNonblock(t *testing.T) {
+	url, _ := memURL(t)
+	l, err := distlock.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	held, err := l.TryAcquire(context.Background(), "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	for _, tc := range []struct {
+		mode []string
+		key  string
+		code int
+	}{
+		{[]string{"-n"}, "held", exitNotAcquired},
+		{[]string{"--nonblock"}, "held", exitNotAcquired},
+		{[]string{"--wait", "0"}, "held", exitNotAcquired},
+		{[]string{"--wait=0s"}, "held", exitNotAcquired},
+		{[]string{"-n"}, "free", exitOK},
+		{[]string{"--wait", "0"}, "free", exitOK},
+		{[]string{"--wait", "1s"}, "free", exitOK},
+	} {
+		args := append(append([]string{"run", "-q", "--url", url, "--key", tc.key}, tc.mode...), "--", "sh", "-c", "echo ran")
+		began := time.Now()
+		r := runCLI(t, args...)
+		took := time.Since(began)
+		ran := strings.Contains(r.stdout, "ran")
+		if r.code != tc.code || ran != (tc.code == exitOK) {
+			t.Errorf("%q on the %s key: code %d, ran %v; want %d\n%s", tc.mode, tc.key, r.code, ran, tc.code, r.stderr)
+		}
+		if took > 2*time.Second {
+			t.Errorf("%q on the %s key took %v: it waited", tc.mode, tc.key, took)
+		}
+	}
+}
+
+// TestRunLooksUpCommandFirst: a command that cannot run is reported (127
+// missing, 126 not executable) before the backend is contacted: the URL
+// points at a closed port, which would exit 69.
+func TestRunLooksUpCommandFirst(t *testing.T) {
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "notexec")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\necho ran\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inPath := filepath.Join(dir, "job-in-path")
+	if err := os.WriteFile(inPath, []byte("#!/bin/sh\necho ran\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	closed := "redis://" + closedAddr(t)
+	for _, tc := range []struct {
+		name, command string
+		code          int
+	}{
+		{"missing in PATH", "distlock-no-such-command", exitNotFound},
+		{"missing path", filepath.Join(dir, "missing"), exitNotFound},
+		{"not executable", notExec, exitCannotExec},
+		{"a directory", dir, exitCannotExec},
+		{"found: the backend is next", "job-in-path", exitUnavailable},
+	} {
+		r := runCLI(t, "run", "-q", "--url", closed, "--key", "k", "--", tc.command)
+		if r.code != tc.code {
+			t.Errorf("%s (%s): code %d, want %d\n%s", tc.name, tc.command, r.code, tc.code, r.stderr)
+		}
+	}
+	url, _ := memURL(t)
+	if r := runCLI(t, "run", "-q", "--url", url, "--key", "k", "--", "job-in-path"); r.code != 0 || r.stdout != "ran\n" {
+		t.Errorf("a command found in PATH: code %d, stdout %q\n%s", r.code, r.stdout, r.stderr)
 	}
 }
