@@ -128,15 +128,32 @@ func benchAll(ctx context.Context, c *benchConfig, s stdio) (*Report, error) {
 		rep.Env.Servers = append(rep.Env.Servers, redact(t.URL)+" → "+t.Server)
 	}
 
-	steps := planSteps(c)
-	prog.total = len(steps) * c.repeat * len(bs)
+	if err := measureAll(ctx, planSteps(c), bs, c.repeat, prog); err != nil {
+		return nil, err
+	}
+	prog.done()
+	for _, b := range bs {
+		for _, f := range b.res.Figures {
+			f.Stat = spread(f.Runs)
+		}
+	}
+	rep.Env.LoadAvgEnd = loadAvg()
+	rep.Elapsed = time.Since(began).Round(time.Millisecond).String()
+	return rep, nil
+}
+
+// measureAll runs every step repeat times on every backend, recording the
+// figures and the failed steps in the backends' results; it stops only when
+// ctx ends.
+func measureAll(ctx context.Context, steps []step, bs []*backend, repeat int, prog *progress) error {
+	prog.total = len(steps) * repeat * len(bs)
 	for _, st := range steps {
-		for r := range c.repeat {
+		for r := range repeat {
 			for _, b := range bs {
 				if err := ctx.Err(); err != nil {
-					return nil, err
+					return err
 				}
-				prog.step(fmt.Sprintf("%-8s %-22s repeat %d/%d", b.res.Backend, st.group, r+1, c.repeat))
+				prog.step(fmt.Sprintf("%-8s %-22s repeat %d/%d", b.res.Backend, st.group, r+1, repeat))
 				key := fmt.Sprintf("bench/%s/%d/%s", strings.ReplaceAll(st.group, " ", "_"), r, randHex(4))
 				vals, samples, err := st.run(ctx, b, key)
 				if err != nil {
@@ -152,15 +169,7 @@ func benchAll(ctx context.Context, c *benchConfig, s stdio) (*Report, error) {
 			}
 		}
 	}
-	prog.done()
-	for _, b := range bs {
-		for _, f := range b.res.Figures {
-			f.Stat = spread(f.Runs)
-		}
-	}
-	rep.Env.LoadAvgEnd = loadAvg()
-	rep.Elapsed = time.Since(began).Round(time.Millisecond).String()
-	return rep, nil
+	return nil
 }
 
 // backendError is an error of opening a backend: whatever its class, it

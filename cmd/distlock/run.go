@@ -219,48 +219,7 @@ func runLocked(ctx context.Context, c runConfig, argv []string, s stdio) int {
 		}
 		return exitCannotExec
 	}
-	signalChild := func(sig syscall.Signal) {
-		if c.foreground {
-			_ = cmd.Process.Signal(sig)
-		} else {
-			_ = syscall.Kill(-cmd.Process.Pid, sig) // the whole group
-		}
-	}
-
-	leaseDone, ctxDone := lease.Done(), ctx.Done()
-	var kill <-chan time.Time
-	terminate := func() { // SIGTERM now, SIGKILL after the grace
-		signalChild(syscall.SIGTERM)
-		if kill == nil {
-			kill = time.After(c.grace)
-		}
-	}
-	lost := false
-	var waitErr error
-wait:
-	for {
-		select {
-		case waitErr = <-exited:
-			break wait
-		case sig := <-sigs:
-			signalChild(sig.(syscall.Signal))
-		case <-ctxDone: // only in-process callers (tests) cancel
-			ctxDone = nil
-			terminate()
-		case <-leaseDone:
-			leaseDone = nil
-			if errors.Is(lease.Err(), distlock.ErrReleased) {
-				continue // cannot happen: only we release, after the command
-			}
-			lost = true
-			fmt.Fprintf(s.err, "distlock run: %s; sending SIGTERM to the command (SIGKILL in %v)\n", errText(lease.Err()), c.grace)
-			terminate()
-		case <-kill:
-			kill = nil
-			fmt.Fprintf(s.err, "distlock run: the command outlived the %v grace; sending SIGKILL\n", c.grace)
-			signalChild(syscall.SIGKILL)
-		}
-	}
+	waitErr, lost := supervise(ctx, child{cmd, c, lease, s}, exited, sigs)
 	if !c.foreground {
 		// Background children left in the group would otherwise run on
 		// after the release. While the group has members its id cannot be
@@ -274,6 +233,61 @@ wait:
 	}
 	releaseLease(lease, logf)
 	return exitStatus(waitErr, cmd.ProcessState)
+}
+
+// child is a command running under a lease.
+type child struct {
+	cmd   *exec.Cmd
+	c     runConfig
+	lease *distlock.Lease
+	s     stdio
+}
+
+// signal sends sig to the command, or to its whole group unless it runs in
+// the foreground.
+func (ch child) signal(sig syscall.Signal) {
+	if ch.c.foreground {
+		_ = ch.cmd.Process.Signal(sig)
+	} else {
+		_ = syscall.Kill(-ch.cmd.Process.Pid, sig) // the whole group
+	}
+}
+
+// supervise waits for the command to exit, forwarding sigs to it, and
+// stops it (SIGTERM, SIGKILL after the grace) when the lease is lost or
+// ctx ends. It returns cmd.Wait's error and whether the lease was lost.
+func supervise(ctx context.Context, ch child, exited <-chan error, sigs <-chan os.Signal) (waitErr error, lost bool) {
+	leaseDone, ctxDone := ch.lease.Done(), ctx.Done()
+	var kill <-chan time.Time
+	terminate := func() { // SIGTERM now, SIGKILL after the grace
+		ch.signal(syscall.SIGTERM)
+		if kill == nil {
+			kill = time.After(ch.c.grace)
+		}
+	}
+	for {
+		select {
+		case waitErr = <-exited:
+			return waitErr, lost
+		case sig := <-sigs:
+			ch.signal(sig.(syscall.Signal))
+		case <-ctxDone: // only in-process callers (tests) cancel
+			ctxDone = nil
+			terminate()
+		case <-leaseDone:
+			leaseDone = nil
+			if errors.Is(ch.lease.Err(), distlock.ErrReleased) {
+				continue // cannot happen: only we release, after the command
+			}
+			lost = true
+			fmt.Fprintf(ch.s.err, "distlock run: %s; sending SIGTERM to the command (SIGKILL in %v)\n", errText(ch.lease.Err()), ch.c.grace)
+			terminate()
+		case <-kill:
+			kill = nil
+			fmt.Fprintf(ch.s.err, "distlock run: the command outlived the %v grace; sending SIGKILL\n", ch.c.grace)
+			ch.signal(syscall.SIGKILL)
+		}
+	}
 }
 
 // startOnLockedThread starts cmd and waits for it from one goroutine locked
