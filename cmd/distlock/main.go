@@ -87,6 +87,7 @@ func commands() []command {
 		{name: "bench", summary: "measure lock backends: latency, contention, hand-off, crash recovery", run: cmdBench},
 		{name: "compare", summary: "bench plus each backend's declared guarantees and fault-matrix rows, in one report", run: cmdCompare},
 		{name: "fence", summary: "inside `distlock run`: run SQL in a transaction guarded by the job's fencing token", run: cmdFence},
+		{name: "dev-servers", summary: "start every backend's server on loopback for trying the library; prints their URLs", run: cmdDevServers},
 		{name: "version", summary: "print distlock's version and the Go version it was built with", run: cmdVersion},
 		{name: "hold", hidden: true, summary: "hold a lock until killed (used by bench to emulate a crashed holder)", run: cmdHold},
 	}
@@ -131,7 +132,7 @@ Commands:
 `)
 	for _, c := range commands() {
 		if !c.hidden {
-			fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+			fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 		}
 	}
 	fmt.Fprint(w, `
