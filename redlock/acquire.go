@@ -297,9 +297,13 @@ func shortestHeld(t tally, results []redisnode.AcquireResult) time.Duration {
 func (b *backend) notAcquired(key string, t tally, results []redisnode.AcquireResult, phase string) error {
 	n := len(b.nodes)
 	if len(t.no) > 0 {
-		retry := shortestHeld(t, results)
-		return fmt.Errorf("redlock: %q: %s granted by %d of %d nodes (need %d), held on %d%s: %w",
-			key, phase, len(t.yes), n, b.quorum, len(t.no), b.summary(t), &distlock.HeldError{Key: key, RetryAfter: retry})
+		held := &distlock.HeldError{Key: key, RetryAfter: shortestHeld(t, results)}
+		if len(t.failed) == 0 && len(t.no) > n-b.quorum {
+			// Contention alone decided: another owner holds the key.
+			return fmt.Errorf("redlock: %q: held by another owner on %d of %d nodes: %w", key, len(t.no), n, held)
+		}
+		return fmt.Errorf("redlock: %q: %s granted by %d of %d nodes (need %d), held by another owner on %d%s: %w",
+			key, phase, len(t.yes), n, b.quorum, len(t.no), b.summary(t), held)
 	}
 	if err := b.refused(fmt.Sprintf("%q: %s", key, phase), t); err != nil {
 		return err

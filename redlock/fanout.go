@@ -71,7 +71,7 @@ func (b *backend) fan(ctx context.Context, idx []int, nt time.Duration,
 			ok, err := fn(nctx, i, b.nodes[i].client)
 			ended()
 			b.nodes[i].noteCall(err)
-			r := reply{i: i, ok: ok, err: err}
+			r := reply{i: i, ok: ok, err: b.nodes[i].dials.explain(err, nt)}
 			ch <- r
 			if then != nil {
 				then(r)
@@ -87,6 +87,7 @@ type tally struct {
 	failed   map[int]error // nodes whose call failed (nil for none)
 	answered map[int]bool  // every node that answered (yes, no or failed)
 	silent   int           // nodes not heard from: no answer in time, or not waited for
+	decided  bool          // read stopped once the answers in hand decided
 	ctxErr   error         // ctx ended before a decision
 	suspect  map[int]bool  // nodes not counted on to answer (gatherHopeful)
 }
@@ -162,6 +163,7 @@ func (t *tally) read(ctx context.Context, ch <-chan reply, total, need int, dead
 	defer timer.Stop()
 	for len(t.answered) < total {
 		if need > 0 && (len(t.yes) >= need || len(t.yes)+t.hopeful(total) < need) {
+			t.decided = true
 			break
 		}
 		select {
@@ -190,8 +192,11 @@ func (b *backend) summary(t tally) string {
 			parts = append(parts, fmt.Sprintf("node %d: %v", i, err))
 		}
 	}
-	if t.silent > 0 {
-		parts = append(parts, fmt.Sprintf("%d node(s) not heard from", t.silent))
+	switch {
+	case t.silent > 0 && t.decided:
+		parts = append(parts, fmt.Sprintf("%d node(s) not waited for: the others decided", t.silent))
+	case t.silent > 0:
+		parts = append(parts, fmt.Sprintf("%d node(s) not heard from in time", t.silent))
 	}
 	if len(parts) == 0 {
 		return ""

@@ -67,7 +67,7 @@ func open(ctx context.Context, u *url.URL, opts []driver.Option) (driver.Backend
 		return nil, err
 	}
 	// One deadline for the name lookups of the duplicate check and the PINGs.
-	ctx, cancel := context.WithTimeout(ctx, dial)
+	ctx, cancel := context.WithTimeoutCause(ctx, dial, errNodeTimeout)
 	defer cancel()
 	if err := distinctHosts(ctx, nodes); err != nil {
 		return nil, err
@@ -122,15 +122,19 @@ func database(u *url.URL) (int, error) {
 // pingQuorum checks that a majority of the nodes answer a PING within dial
 // (tlsOn: over TLS).
 func pingQuorum(ctx context.Context, clients []goredis.UniversalClient, dial time.Duration, tlsOn bool) error {
-	ctx, cancel := context.WithTimeout(ctx, dial)
+	ctx, cancel := context.WithTimeoutCause(ctx, dial, errNodeTimeout)
 	defer cancel()
 	errs := make([]error, len(clients))
 	var wg sync.WaitGroup
 	for i, c := range clients {
+		notes := noteDials(c)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			errs[i] = c.Ping(ctx).Err()
+			if errors.Is(context.Cause(ctx), errNodeTimeout) { // our deadline, not the caller's
+				errs[i] = notes.explain(errs[i], dial)
+			}
 		}()
 	}
 	wg.Wait()

@@ -101,7 +101,7 @@ func newBackend(clients []goredis.UniversalClient, opts []driver.Option) (*backe
 		prefix: prefix, quorum: n/2 + 1, nodeTimeout: nt, closeClients: closeClients,
 	}
 	for i, c := range clients {
-		b.nodes = append(b.nodes, &node{client: c, notifier: redisnode.NewNotifier(c, prefix, onDenied(logger, prefix, nodeAddr(c, i)))})
+		b.nodes = append(b.nodes, &node{client: c, dials: noteDials(c), notifier: redisnode.NewNotifier(c, prefix, onDenied(logger, prefix, nodeAddr(c, i)))})
 		b.every = append(b.every, i)
 	}
 	b.every = slices.Clip(b.every) // shared: an append copies
@@ -111,6 +111,7 @@ func newBackend(clients []goredis.UniversalClient, opts []driver.Option) (*backe
 // node is one Redis server of the set.
 type node struct {
 	client   goredis.UniversalClient
+	dials    *dialNote // the client's last failed dial, for errors
 	notifier *redisnode.Notifier
 	timedOut atomic.Int64 // unix ns of the last call that timed out, 0 after an answer (see noteCall)
 }
