@@ -139,14 +139,20 @@ func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant
 }
 
 // handOffWindow is the window a release gives the first waiter of the key's
-// fair queue. A Locker without the queue wakes that waiter too, with the
-// default window: other Lockers on the same keys may keep one.
+// fair queue. A Locker without the queue wakes that waiter too (other
+// Lockers on the same keys may keep one) but cuts no place: the window is
+// the waiters' choice, which it does not know.
 func (b *backend) handOffWindow() time.Duration {
 	if b.fair > 0 {
 		return b.fair
 	}
-	return DefaultFairWindow
+	return wakeOnly
 }
+
+// wakeOnly is a window longer than any place lasts: the release script
+// only shortens a place (ZADD LT), so the head is woken and keeps its own
+// deadline.
+const wakeOnly = 24 * time.Hour
 
 // acquireOn runs one attempt on c: in the fair queue when there is one and
 // the attempt is a waiting Acquire's.

@@ -104,7 +104,7 @@ func WithFairQueue(window time.Duration) Option {
 // with bsm/redislock, instead of queueing: no queue keys, and a release
 // wakes every waiter of the key, so an unlucky one can lose many rounds in
 // a row. Its releases still wake the first waiter of a queue that other
-// Lockers keep on the key, with DefaultFairWindow.
+// Lockers keep on the key, and leave that waiter's place as long as it is.
 func WithoutFairQueue() Option {
 	return Option{driver.BackendOption("redis", "WithoutFairQueue", fairKey{}, time.Duration(0))}
 }
