@@ -4,11 +4,15 @@
 #   scripts/dev-servers.sh status
 #   scripts/dev-servers.sh stop
 # It runs `distlock dev-servers` in the background (built from this tree);
-# its state (pid, URLs, log) is in $DISTLOCK_DEV_DIR, default .dev-servers
-# at the repository's root. The servers come from scripts/setup.sh.
+# its state (pids, URLs, log, the servers' data) is in $DISTLOCK_DEV_DIR,
+# default .dev-servers at the repository's root. Servers get the usual ports
+# (redis 6379, redlock 6380-6382, etcd 2379, ZooKeeper 2181, PostgreSQL
+# 5432) where free, else free ports; DISTLOCK_DEV_PORTS=any uses free ports
+# for all. The servers come from scripts/setup.sh.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 state="${DISTLOCK_DEV_DIR:-$root/.dev-servers}"
+ports="${DISTLOCK_DEV_PORTS:-default}"
 
 running() { [ -f "$state/pid" ] && kill -0 "$(cat "$state/pid")" 2>/dev/null; }
 
@@ -19,11 +23,12 @@ start() {
 		return
 	fi
 	mkdir -p "$state"
-	rm -f "$state/urls" "$state/pid"
+	rm -f "$state/urls" "$state/pid" "$state/pids"
 	echo "building distlock..." >&2
 	(cd "$root" && go build -o "$state/distlock" ./cmd/distlock)
 	echo "starting redis, redlock (3 nodes), etcd, ZooKeeper and PostgreSQL..." >&2
-	setsid "$state/distlock" dev-servers --urls "$state/urls" >"$state/log" 2>&1 </dev/null &
+	setsid "$state/distlock" dev-servers --dir "$state/data" --ports "$ports" \
+		--pids "$state/pids" --urls "$state/urls" >"$state/log" 2>&1 </dev/null &
 	echo $! >"$state/pid"
 	for _ in $(seq 1 240); do
 		if [ -f "$state/urls" ]; then
@@ -44,9 +49,22 @@ start() {
 	exit 1
 }
 
+# killleft kills any server still alive after dev-servers ended (its
+# servers die with it on Linux only).
+killleft() {
+	[ -f "$state/pids" ] || return 0
+	while read -r kind spid addr; do
+		if kill -0 "$spid" 2>/dev/null; then
+			echo "killing $kind (pid $spid, $addr), left running" >&2
+			kill -KILL "$spid" 2>/dev/null || true
+		fi
+	done <"$state/pids"
+}
+
 stop() {
 	if ! running; then
 		echo "not running"
+		killleft
 		rm -rf "$state"
 		return
 	fi
@@ -59,6 +77,7 @@ stop() {
 	if kill -0 "$pid" 2>/dev/null; then
 		kill -KILL "$pid" # its servers die with it (Pdeathsig)
 	fi
+	killleft
 	rm -rf "$state"
 	echo "stopped"
 }
@@ -67,7 +86,13 @@ case "${1:-}" in
 start) start ;;
 stop) stop ;;
 status)
-	if running; then echo "running (pid $(cat "$state/pid")):"; cat "$state/urls" 2>/dev/null || echo "starting"; else echo "not running"; fi
+	if running; then
+		echo "running (pid $(cat "$state/pid")):"
+		cat "$state/urls" 2>/dev/null || echo "starting"
+		if [ -f "$state/pids" ]; then sed 's/^/  server: /' "$state/pids"; fi
+	else
+		echo "not running"
+	fi
 	;;
 *)
 	echo "usage: $0 start|stop|status" >&2

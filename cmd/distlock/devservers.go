@@ -34,6 +34,12 @@ background.
 
 --urls FILE writes the same lines to FILE once every server is ready (the
 script waits for it).
+
+--pids FILE writes each server's kind, process id and address to FILE.
+
+--ports default asks for the usual ports: redis 6379, redlock 6380-6382,
+etcd 2379, ZooKeeper 2181, PostgreSQL 5432; a backend whose port is taken
+gets free ports instead, with a note. --ports any uses free ports for all.
 `
 
 // devServer is one backend's servers and the URL that reaches them.
@@ -41,17 +47,18 @@ type devServer struct {
 	name, scheme string
 	kind         testserver.Kind
 	n            int
+	ports        []int // the usual client ports, one per server
 	url          func(*testserver.Cluster) string
 }
 
 func devServerKinds() []devServer {
 	hosts := func(c *testserver.Cluster) string { return strings.Join(c.Endpoints(), ",") }
 	return []devServer{
-		{"redis", "redis", testserver.KindRedis, 1, func(c *testserver.Cluster) string { return "redis://" + hosts(c) + "/0" }},
-		{"redlock", "redlock", testserver.KindRedis, 3, func(c *testserver.Cluster) string { return "redlock://" + hosts(c) }},
-		{"etcd", "etcd", testserver.KindEtcd, 1, func(c *testserver.Cluster) string { return "etcd://" + hosts(c) }},
-		{"zookeeper", "zk", testserver.KindZooKeeper, 1, func(c *testserver.Cluster) string { return "zk://" + hosts(c) + "/distlock" }},
-		{"postgres", "postgres", testserver.KindPostgres, 1, func(c *testserver.Cluster) string { return c.Members[0].DSN() }},
+		{"redis", "redis", testserver.KindRedis, 1, []int{6379}, func(c *testserver.Cluster) string { return "redis://" + hosts(c) + "/0" }},
+		{"redlock", "redlock", testserver.KindRedis, 3, []int{6380, 6381, 6382}, func(c *testserver.Cluster) string { return "redlock://" + hosts(c) }},
+		{"etcd", "etcd", testserver.KindEtcd, 1, []int{2379}, func(c *testserver.Cluster) string { return "etcd://" + hosts(c) }},
+		{"zookeeper", "zk", testserver.KindZooKeeper, 1, []int{2181}, func(c *testserver.Cluster) string { return "zk://" + hosts(c) + "/distlock" }},
+		{"postgres", "postgres", testserver.KindPostgres, 1, []int{5432}, func(c *testserver.Cluster) string { return c.Members[0].DSN() }},
 	}
 }
 
@@ -59,8 +66,14 @@ func cmdDevServers(ctx context.Context, args []string, s stdio) int {
 	fs := newFlags("dev-servers", devServersHelp, s)
 	dir := fs.String("dir", "", "where the servers keep their data (default: a new temporary directory)")
 	urls := fs.String("urls", "", "also write the URLs and export lines to this `file` once all are ready")
+	pids := fs.String("pids", "", "write each server's kind, process id and address to this `file` once all are ready")
+	ports := fs.String("ports", "default", "`default` (the usual ports where free) or any (free ports)")
 	if code, ok := parseFlags(fs, args, s); !ok {
 		return code
+	}
+	if *ports != "default" && *ports != "any" {
+		fmt.Fprintf(s.err, "distlock dev-servers: --ports %q: want default or any\n", *ports)
+		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -70,7 +83,7 @@ func cmdDevServers(ctx context.Context, args []string, s stdio) int {
 		return exitFailure
 	}
 	defer os.RemoveAll(root)
-	lines, clusters := startDevServers(ctx, root, s)
+	lines, clusters := startDevServers(ctx, root, *ports == "default", s)
 	defer func() {
 		for _, c := range clusters {
 			_ = c.Close()
@@ -85,11 +98,9 @@ func cmdDevServers(ctx context.Context, args []string, s stdio) int {
 	}
 	text := strings.Join(lines, "\n") + "\n"
 	fmt.Fprint(s.out, text)
-	if *urls != "" {
-		if err := writeFileAtomic(*urls, text); err != nil {
-			fmt.Fprintf(s.err, "distlock dev-servers: %v\n", err)
-			return exitFailure
-		}
+	if err := writeDevFiles(*pids, devPIDs(clusters), *urls, text); err != nil {
+		fmt.Fprintf(s.err, "distlock dev-servers: %v\n", err)
+		return exitFailure
 	}
 	fmt.Fprintln(s.err, "distlock dev-servers: ready; stop with Ctrl-C or SIGTERM")
 	<-ctx.Done()
@@ -110,7 +121,7 @@ func devDir(dir string) (string, error) {
 
 // startDevServers starts every kind in parallel and returns the lines to
 // print (in a fixed order) and the clusters to close.
-func startDevServers(ctx context.Context, root string, s stdio) ([]string, []*testserver.Cluster) {
+func startDevServers(ctx context.Context, root string, usual bool, s stdio) ([]string, []*testserver.Cluster) {
 	kinds := devServerKinds()
 	got := make([]*testserver.Cluster, len(kinds))
 	errs := make([]error, len(kinds))
@@ -119,7 +130,11 @@ func startDevServers(ctx context.Context, root string, s stdio) ([]string, []*te
 		wg.Go(func() {
 			sctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 			defer cancel()
-			got[i], errs[i] = testserver.StartCluster(sctx, k.kind, k.n, root)
+			var opts []testserver.Option
+			if usual {
+				opts = append(opts, testserver.WithPreferredPorts(k.ports...))
+			}
+			got[i], errs[i] = testserver.StartCluster(sctx, k.kind, k.n, root, opts...)
 		})
 	}
 	wg.Wait()
@@ -135,6 +150,9 @@ func startDevServers(ctx context.Context, root string, s stdio) ([]string, []*te
 			continue
 		}
 		clusters = append(clusters, got[i])
+		if usual && got[i].Members[0].Port() != k.ports[0] {
+			fmt.Fprintf(s.err, "distlock dev-servers: %s: port %d is taken, using free ports\n", k.name, k.ports[0])
+		}
 		u := k.url(got[i])
 		if k.kind == testserver.KindPostgres {
 			if err := migrateDev(ctx, u); err != nil {
@@ -185,4 +203,29 @@ func migrateDev(ctx context.Context, dsn string) error {
 		return err
 	}
 	return fencing.Migrate(ctx, pool)
+}
+
+// devPIDs lists each server as "kind pid address", one a line.
+func devPIDs(clusters []*testserver.Cluster) string {
+	var b strings.Builder
+	for _, c := range clusters {
+		for _, m := range c.Members {
+			fmt.Fprintf(&b, "%s %d %s\n", m.Kind(), m.PID(), m.Addr())
+		}
+	}
+	return b.String()
+}
+
+// writeDevFiles writes the pids file, then the urls file (last: the script
+// waits for it); an empty path is skipped.
+func writeDevFiles(pidsPath, pids, urlsPath, urls string) error {
+	for _, f := range [][2]string{{pidsPath, pids}, {urlsPath, urls}} {
+		if f[0] == "" {
+			continue
+		}
+		if err := writeFileAtomic(f[0], f[1]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

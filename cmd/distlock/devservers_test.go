@@ -59,13 +59,16 @@ func waitURLs(t *testing.T, path string, limit time.Duration, alive func() bool)
 func TestDevServersLockEachURL(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	urls := filepath.Join(t.TempDir(), "urls")
+	tmp := t.TempDir()
+	urls, pids := filepath.Join(tmp, "urls"), filepath.Join(tmp, "pids")
 	var out, errb testutil.SyncBuffer
 	code := make(chan int, 1)
-	go func() { code <- cli(ctx, []string{"dev-servers", "--urls", urls}, strings.NewReader(""), &out, &errb) }()
+	args := []string{"dev-servers", "--ports", "any", "--pids", pids, "--urls", urls}
+	go func() { code <- cli(ctx, args, strings.NewReader(""), &out, &errb) }()
 	alive := func() bool { return len(code) == 0 }
 	text := waitURLs(t, urls, 2*time.Minute, alive)
 	got := devURLs(t, text)
+	procs := devProcs(t, pids)
 	for _, name := range []string{"redis", "redlock", "etcd", "zookeeper", "postgres"} {
 		u, ok := got[name]
 		if !ok {
@@ -90,14 +93,57 @@ func TestDevServersLockEachURL(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("dev-servers still running a minute after its ctx ended")
 	}
-	for name, u := range got {
+	checkGone(t, got, procs)
+}
+
+// devProcs reads a --pids file: "kind pid address" lines.
+func devProcs(t *testing.T, path string) [][3]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var procs [][3]string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			t.Fatalf("pids line %q: want kind, pid, address", line)
+		}
+		procs = append(procs, [3]string{f[0], f[1], f[2]})
+	}
+	return procs
+}
+
+// checkGone fails the test if a server process still runs or a URL's
+// address still accepts connections.
+func checkGone(t *testing.T, urls map[string]string, procs [][3]string) {
+	t.Helper()
+	for _, p := range procs {
+		if alive(p[1]) {
+			t.Errorf("%s pid %s (%s) still runs after stop", p[0], p[1], p[2])
+		}
+	}
+	for name, u := range urls {
 		for _, h := range hostsOf(t, u) {
 			if c, err := net.DialTimeout("tcp", h, time.Second); err == nil {
 				c.Close()
-				t.Errorf("%s at %s still accepts connections after dev-servers stopped", name, h)
+				t.Errorf("%s at %s still accepts connections after stop", name, h)
 			}
 		}
 	}
+}
+
+// alive reports whether process pid runs (a zombie, which no longer runs,
+// does not count).
+func alive(pid string) bool {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
 // lockOnce opens u and takes and releases a lock on it.
@@ -133,7 +179,7 @@ func TestDevServersScript(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // the cleanup runs it after t.Context ends
 		defer cancel()
 		cmd := exec.CommandContext(ctx, script, args...)
-		cmd.Env = append(os.Environ(), "DISTLOCK_DEV_DIR="+state)
+		cmd.Env = append(os.Environ(), "DISTLOCK_DEV_DIR="+state, "DISTLOCK_DEV_PORTS=any")
 		out, err := cmd.CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); ok {
 			return string(out), ee.ExitCode()
@@ -160,17 +206,15 @@ func TestDevServersScript(t *testing.T) {
 	if st, _ := run("status"); !strings.Contains(st, "running (pid "+strings.TrimSpace(string(pid))) {
 		t.Errorf("status: %q", st)
 	}
-	redis := devURLs(t, out)["redis"]
+	procs := devProcs(t, filepath.Join(state, "pids"))
+	if len(procs) == 0 {
+		t.Fatal("no server in the pids file")
+	}
 	if out, code := run("stop"); code != 0 || !strings.Contains(out, "stopped") {
 		t.Errorf("stop: exit %d:\n%s", code, out)
 	}
 	if _, err := os.Stat(state); !os.IsNotExist(err) {
 		t.Errorf("state dir left after stop: %v", err)
 	}
-	for _, h := range hostsOf(t, redis) {
-		if c, err := net.DialTimeout("tcp", h, time.Second); err == nil {
-			c.Close()
-			t.Errorf("redis at %s still accepts connections after stop", h)
-		}
-	}
+	checkGone(t, devURLs(t, out), procs)
 }

@@ -68,6 +68,9 @@ func startGroupCtx(ctx context.Context, cfg *config, n int, sp spec, h groupHook
 		if perr != nil {
 			return nil, perr
 		}
+		if attempt == 1 {
+			preferPorts(ports, sp.nports, cfg.preferPorts)
+		}
 		ms := make([]*Server, n)
 		for i := range ms {
 			dir, derr := h.dir()

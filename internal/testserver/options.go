@@ -16,6 +16,7 @@ type config struct {
 	zkReapPerMinute  int           // 0: the server's default, 10000
 	zkSecure         zkSecurity    // WithZKTLS, WithZKSuperPassword (zookeeper.go)
 	pgFsync          bool
+	preferPorts      []int // WithPreferredPorts
 }
 
 // Option changes how a server is configured.
@@ -71,3 +72,11 @@ func WithZKContainerReaper(interval time.Duration, maxPerMinute int) Option {
 
 // WithPostgresFsync turns PostgreSQL's fsync setting on (the default) or off.
 func WithPostgresFsync(on bool) Option { return func(c *config) { c.pgFsync = on } }
+
+// WithPreferredPorts asks for these client ports, one per member, in place
+// of random ones when all of them are free (other ports, such as etcd's
+// peer port, stay random). If one is taken, or the count differs from the
+// number of members, the members get random free ports: compare Port.
+func WithPreferredPorts(ports ...int) Option {
+	return func(c *config) { c.preferPorts = ports }
+}

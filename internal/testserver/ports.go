@@ -40,3 +40,21 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// preferPorts puts want in place of the client port (the first of each
+// nports) in ports, if there is one per member and all are free now.
+func preferPorts(ports []int, nports int, want []int) {
+	if len(want) == 0 || len(want)*nports != len(ports) {
+		return
+	}
+	for _, p := range want {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			return
+		}
+		l.Close()
+	}
+	for i, p := range want {
+		ports[i*nports] = p
+	}
+}
