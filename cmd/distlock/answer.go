@@ -54,7 +54,7 @@ func survives(b *BackendResult) string {
 		n = max(n, here)
 		parts = append(parts, fmt.Sprintf("a minority of nodes (n=%d tolerates %d)", n, (n-1)/2))
 		if here != n {
-			parts = append(parts, fmt.Sprintf("in this run (%d node): %d", here, g.FailuresTolerated))
+			parts = append(parts, fmt.Sprintf("in this run (%d node): tolerates %d", here, g.FailuresTolerated))
 		}
 	} else {
 		parts = append(parts, "no server loss (one server)")

@@ -21,7 +21,7 @@ func TestAnswersStateBackendNotDeployment(t *testing.T) {
 		t.Fatalf("%d answers for %d backends", len(got), len(rep.Backends))
 	}
 	for be, want := range map[string]string{
-		"etcd":    "a minority of nodes (n=3 tolerates 1); in this run (1 node): 0",
+		"etcd":    "a minority of nodes (n=3 tolerates 1); in this run (1 node): tolerates 0",
 		"redlock": "a minority of nodes (n=5 tolerates 2)",
 		"memory":  "nothing outside its process",
 		"redis":   "no server loss (one server)",
