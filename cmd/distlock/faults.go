@@ -395,6 +395,9 @@ func faultCells(r matrixfile.Row) []string {
 	if r.Failed {
 		test = "FAIL"
 	}
+	if e := expectation(r); e != "" {
+		test = e
+	}
 	if r.Broken != "" {
 		test += ": " + r.Broken
 	}

@@ -187,7 +187,7 @@ var guaranteeRows = []struct {
 	{"token source", func(g distlock.Guarantees) string { return g.TokenSource }},
 	{"wait", func(g distlock.Guarantees) string { return string(g.Wait) }},
 	{"FIFO", func(g distlock.Guarantees) string { return yesNo(g.FIFO) }},
-	{"failures tolerated", func(g distlock.Guarantees) string { return strconv.Itoa(g.FailuresTolerated) }},
+	{"failures tolerated (this run's servers)", func(g distlock.Guarantees) string { return strconv.Itoa(g.FailuresTolerated) }},
 	{"clock dependent", func(g distlock.Guarantees) string { return yesNo(g.ClockDependent) }},
 	{"restart loses locks", func(g distlock.Guarantees) string { return yesNo(g.RestartLosesLocks) }},
 	{"session TTL", func(g distlock.Guarantees) string { return yesNo(g.SessionTTL) }},
@@ -280,6 +280,7 @@ var htmlTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"faultCells":  faultCells,
 	"soakCells":   soakCells,
 	"noRows":      noRows,
+	"expectation": expectation,
 	"seq": func(n int) []int {
 		s := make([]int, n)
 		for i := range s {
@@ -311,35 +312,31 @@ figure svg{display:block;width:100%;height:auto}
 .note{color:#555}
 .notes p{margin:.3em 0;font-size:.9em}
 .err{color:#a00}
+td.exp{color:#555;font-style:italic}
+.answer{margin:0 0 1em;padding:0;list-style:none}
+.answer li{margin:.25em 0}
+details{margin:1em 0}
+summary{cursor:pointer;font-weight:600}
 td.err{font-weight:600}
 tr.g td{border-top:2px solid #999}
 </style></head><body>
 <h1>distlock {{.R.Kind}}</h1>
-<h2>Environment</h2>
-<div class="scroll"><table>
-<tr><td>time</td><td class="env">{{.R.Env.Time.Format "2006-01-02 15:04:05 MST"}} (elapsed {{.R.Elapsed}})</td></tr>
-<tr><td>host</td><td class="env">{{.R.Env.Host}} — {{.R.Env.OS}}, kernel {{.R.Env.Kernel}}</td></tr>
-<tr><td>CPU</td><td class="env">{{.R.Env.CPU}}: {{.R.Env.Cores}} cores, GOMAXPROCS {{.R.Env.GOMAXPROCS}}</td></tr>
-<tr><td>load average (1, 5, 15 min)</td><td class="env">{{.R.Env.LoadAvg}} at start, {{.R.Env.LoadAvgEnd}} at end</td></tr>
-<tr><td>Go</td><td class="env">{{.R.Env.GoVersion}}</td></tr>
-<tr><td>loopback TCP round trip (median)</td><td class="env">{{printf "%.0f" .R.Env.LoopbackRTT}} µs</td></tr>
-<tr><td>4 KiB write + fsync (median)</td><td class="env">{{printf "%.2f" .R.Env.FsyncMs}} ms in {{.R.Env.FsyncDir}}</td></tr>
-{{range .R.Env.Servers}}<tr><td>server</td><td class="env">{{.}}</td></tr>
-{{end}}<tr><td>method</td><td class="env">each figure is the median over {{.R.Repeat}} repeats of {{.R.Duration}}, with min–max beside it; backends measured side by side, repeat by repeat</td></tr>
-</table></div>
+{{with .Answers}}<section id="answer"><h2>The answer</h2><ul class="answer">
+{{range .}}<li><b>{{.Backend}}</b> — survives: {{.Survives}}. Costs: {{.Costs}}. Use for: {{.Use}}.</li>
+{{end}}</ul></section>{{end}}
+{{with .Charts}}<h2>Charts</h2>
+<div class="charts">{{range .}}<figure><figcaption>{{.Title}}</figcaption>{{.SVG}}</figure>{{end}}</div>{{end}}
 {{if eq .R.Kind "compare"}}
 <h2>Declared guarantees</h2>
 <div class="scroll"><table><tr><th>guarantee</th>{{range .R.Backends}}<th class="w">{{.Backend}}</th>{{end}}</tr>
 {{range $i := seq .NG}}<tr><td>{{gname $i}}</td>{{range $.R.Backends}}<td class="w">{{guar $i .}}</td>{{end}}</tr>
 {{end}}</table></div>
-<div class="notes">{{range .R.Backends}}{{$b := .Backend}}{{range .Guarantees.Notes}}<p class="note"><b>{{$b}}</b>: {{.}}</p>{{end}}{{end}}</div>
+<details class="notes"><summary>Notes on each backend's guarantees</summary>{{range .R.Backends}}{{$b := .Backend}}{{range .Guarantees.Notes}}<p class="note"><b>{{$b}}</b>: {{.}}</p>{{end}}{{end}}</details>
 {{end}}
 <h2>Measurements</h2>
 <div class="scroll"><table><tr><th>measurement</th><th>figure</th><th>unit</th>{{range .R.Backends}}<th>{{.Backend}}</th>{{end}}</tr>
 {{range .Rows}}{{$r := .R}}<tr{{if .Group}} class="g"{{end}}><td class="l">{{.Group}}</td><td class="l">{{$r.Name}}</td><td class="l">{{$r.Unit}}</td>{{range $.R.Backends}}<td>{{cellHTML (fig . $r)}}</td>{{end}}</tr>
 {{end}}</table></div>
-{{with .Charts}}<h2>Charts</h2>
-<div class="charts">{{range .}}<figure><figcaption>{{.Title}}</figcaption>{{.SVG}}</figure>{{end}}</div>{{end}}
 {{with .R.FaultMatrix}}<h2>Fault matrix</h2>
 {{if .Missing}}<p class="note">{{.Missing}}</p>{{else}}
 <p>{{$.FaultHead}}</p>
@@ -349,7 +346,7 @@ tr.g td{border-top:2px solid #999}
 {{range .Results}}<p>declared ({{.URL}}): {{declared .Guarantees}}<br>measured: {{measured .}}</p>{{else}}<p class="note">not measured in this report</p>{{end}}
 {{if .Rows}}<p class="note">{{deployments .Rows}}</p>
 <div class="scroll"><table class="faults"><tr>{{range $.FaultCols}}<th>{{.}}</th>{{end}}</tr>
-{{range .Rows}}<tr>{{range faultCells .}}<td{{if bad .}} class="err"{{end}}>{{.}}</td>{{end}}</tr>
+{{range .Rows}}{{$x := expectation .}}<tr>{{range faultCells .}}<td{{if bad .}} class="{{if $x}}exp{{else}}err{{end}}"{{else if eq . $x}} class="exp"{{end}}>{{.}}</td>{{end}}</tr>
 {{end}}</table></div>{{else}}<p class="note">{{noRows .}}</p>{{end}}
 {{end}}{{end}}
 {{with .Soak}}<h2>Randomized faults (soak)</h2>
@@ -362,6 +359,19 @@ tr.g td{border-top:2px solid #999}
 {{end}}{{end}}{{end}}
 {{range .R.Notes}}<p class="note">note: {{.}}</p>{{end}}
 {{range .R.Backends}}{{$b := .Backend}}{{range .Errors}}<p class="err">error ({{$b}}): {{.}}</p>{{end}}{{end}}
+<details id="environment"><summary>Environment and method</summary>
+<div class="scroll"><table>
+<tr><td>time</td><td class="env">{{.R.Env.Time.Format "2006-01-02 15:04:05 MST"}} (elapsed {{.R.Elapsed}})</td></tr>
+<tr><td>host</td><td class="env">{{.R.Env.Host}} — {{.R.Env.OS}}, kernel {{.R.Env.Kernel}}</td></tr>
+<tr><td>CPU</td><td class="env">{{.R.Env.CPU}}: {{.R.Env.Cores}} cores, GOMAXPROCS {{.R.Env.GOMAXPROCS}}</td></tr>
+<tr><td>load average (1, 5, 15 min)</td><td class="env">{{.R.Env.LoadAvg}} at start, {{.R.Env.LoadAvgEnd}} at end</td></tr>
+<tr><td>Go</td><td class="env">{{.R.Env.GoVersion}}</td></tr>
+<tr><td>loopback TCP round trip (median)</td><td class="env">{{printf "%.0f" .R.Env.LoopbackRTT}} µs</td></tr>
+<tr><td>4 KiB write + fsync (median)</td><td class="env">{{printf "%.2f" .R.Env.FsyncMs}} ms in {{.R.Env.FsyncDir}}</td></tr>
+{{range .R.Env.Servers}}<tr><td>server</td><td class="env">{{.}}</td></tr>
+{{end}}<tr><td>method</td><td class="env">each figure is the median over {{.R.Repeat}} repeats of {{.R.Duration}}, with min–max beside it; backends measured side by side, repeat by repeat</td></tr>
+</table></div>
+</details>
 <p class="note">URLs: {{range .R.Backends}}{{.URL}} {{end}}</p>
 </body></html>
 `))
@@ -376,6 +386,9 @@ func writeHTML(w io.Writer, rep *Report) error {
 		"NG":     len(guaranteeRows),
 		"Rows":   htmlRows(rep),
 		"Charts": charts,
+	}
+	if rep.Kind == "compare" {
+		data["Answers"] = answers(rep)
 	}
 	if fm := rep.FaultMatrix; fm != nil && fm.Header != nil {
 		data["FaultHead"] = faultHead(rep)

@@ -50,11 +50,14 @@ addEventListener('load', function () {
         ' reaches x=' + Math.round(r.right) + ': ' + (e.textContent || '').replace(/\s+/g, ' ').slice(0, 60));
     }
   });
-  var charts = document.querySelector('.charts');
+  var charts = document.querySelector('.charts'), answer = document.getElementById('answer');
+  var top = function (e) { return e ? Math.floor(e.getBoundingClientRect().top + scrollY) : -1; };
+  var bottom = function (e) { return e ? Math.ceil(e.getBoundingClientRect().bottom + scrollY) : -1; };
   var p = document.createElement('pre');
   p.id = 'layout-probe';
   p.textContent = JSON.stringify({scrollWidth: d.scrollWidth, clientWidth: d.clientWidth,
     scrollHeight: d.scrollHeight, chartsBottom: charts ? Math.ceil(charts.getBoundingClientRect().bottom + scrollY) : 0,
+    answerBottom: bottom(answer), chartsTop: top(charts),
     scrollBoxesScrolling: scrolling, over: over.slice(0, 10)});
   document.body.appendChild(p);
 });
@@ -66,6 +69,8 @@ type layout struct {
 	ClientWidth          int      `json:"clientWidth"`
 	ScrollHeight         int      `json:"scrollHeight"`
 	ChartsBottom         int      `json:"chartsBottom"`
+	AnswerBottom         int      `json:"answerBottom"` // -1: no answer block
+	ChartsTop            int      `json:"chartsTop"`    // -1: no charts
 	ScrollBoxesScrolling int      `json:"scrollBoxesScrolling"`
 	Over                 []string `json:"over"`
 }
@@ -164,6 +169,7 @@ func TestReportInChromium(t *testing.T) {
 		}
 		if width == 1280 {
 			full = l
+			checkFirstScreen(t, l)
 		}
 	}
 
@@ -198,6 +204,25 @@ func TestReportInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("wrote %s: 1280×%d, %d KB", pngPath, height, st.Size()/1024)
+}
+
+// checkFirstScreen fails unless a 1280×800 first screen holds the whole
+// per-backend answer and the charts start within about two screens.
+func checkFirstScreen(t *testing.T, l layout) {
+	t.Helper()
+	t.Logf("answer ends at y=%d, charts start at y=%d", l.AnswerBottom, l.ChartsTop)
+	switch {
+	case l.AnswerBottom < 0:
+		t.Error("no #answer block in the report")
+	case l.AnswerBottom > 800:
+		t.Errorf("the per-backend answer ends at y=%d, below the first 800 px", l.AnswerBottom)
+	}
+	switch {
+	case l.ChartsTop < 0:
+		t.Error("no .charts in the report")
+	case l.ChartsTop > 1600:
+		t.Errorf("the charts start at y=%d, below 1600 px", l.ChartsTop)
+	}
 }
 
 // shrinkPNG writes src to dst with a palette of its 256 most frequent
