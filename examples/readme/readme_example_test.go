@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/distlock/distlock"
-	_ "github.com/distlock/distlock/redis" // registers redis://; see "Which backend?" for the others
 	"github.com/distlock/distlock/fencing"
+	_ "github.com/distlock/distlock/redis" // registers redis://; see "Which backend?" for the others
 )
 
 // Example writes the nightly report under a lock named by $DISTLOCK_URL,
