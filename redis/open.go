@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -174,11 +173,17 @@ var (
 		"pipeline_write_buffer_size", "pool_fifo", "pool_size", "pool_timeout", "protocol",
 		"read_timeout", "write_timeout",
 	}
-	goRedisSentinelParams = append(slices.Clone(goRedisParams),
-		"addr", "context_timeout_enabled", "dialer_retries", "dialer_retry_timeout",
-		"disableIdentity", "identitySuffix", "master_name", "password", "replica_only",
-		"route_by_latency", "route_by_latency_tolerance", "route_randomly",
-		"unstable_resp3", "use_disconnected_replicas", "username")
+	goRedisSentinelParams = []string{
+		"addr", "client_name", "conn_max_idle_time", "conn_max_lifetime",
+		"conn_max_lifetime_jitter", "context_timeout_enabled", "db", "dial_timeout",
+		"dialer_retries", "dialer_retry_timeout", "disableIdentity", "identitySuffix",
+		"master_name", "max_active_conns", "max_concurrent_dials", "max_idle_conns",
+		"max_retries", "max_retry_backoff", "min_idle_conns", "min_retry_backoff", "password",
+		"pipeline_pool_size", "pipeline_read_buffer_size", "pipeline_write_buffer_size",
+		"pool_fifo", "pool_size", "pool_timeout", "protocol", "read_timeout", "replica_only",
+		"route_by_latency", "route_by_latency_tolerance", "route_randomly", "unstable_resp3",
+		"use_disconnected_replicas", "username", "write_timeout",
+	}
 )
 
 // sentinelClient is urlClient for a URL with master_name: a go-redis
