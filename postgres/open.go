@@ -25,8 +25,11 @@ const openTimeout = 5 * time.Second
 //	notify=false      WithNotify(false) (behind PgBouncer in transaction mode)
 //
 // and every parameter of pgx's connection strings (sslmode, sslrootcert,
-// sslcert, sslkey, connect_timeout, pool_max_conns, …); anything else is an
-// error. The server must answer within connect_timeout (default 5s, never
+// sslcert, sslkey, connect_timeout, pool_max_conns, …) and the server
+// settings application_name, search_path, statement_timeout, lock_timeout,
+// idle_in_transaction_session_timeout, client_encoding and timezone (any
+// other as options=-c name=value); anything else is an error, before
+// connecting. The server must answer within connect_timeout (default 5s, never
 // past ctx): otherwise Open fails with an error matching ErrUnavailable, or
 // ErrAccessDenied when it refused the role or the client refused its
 // certificate. The pool is the Locker's: Close closes it.
@@ -42,7 +45,8 @@ func open(ctx context.Context, u *url.URL, opts []driver.Option) (driver.Backend
 	if n, ok := q.Bool("notify"); ok {
 		bopts = append(bopts, WithNotify(n).DriverOption())
 	}
-	if err := q.Err(); err != nil {
+	theirs := q.Pass(pgxParams...)
+	if err := q.Done(); err != nil {
 		return nil, err
 	}
 	opts = append(append(bopts, opts...), WithClosePool(true).DriverOption())
@@ -51,7 +55,7 @@ func open(ctx context.Context, u *url.URL, opts []driver.Option) (driver.Backend
 		return nil, err // before connecting
 	}
 	rest := *u
-	rest.RawQuery = q.Rest().Encode()
+	rest.RawQuery = theirs.Encode()
 	cfg, err := pgxpool.ParseConfig(rest.String())
 	if err != nil {
 		if inner := errors.Unwrap(err); inner != nil {
@@ -67,6 +71,29 @@ func open(ctx context.Context, u *url.URL, opts []driver.Option) (driver.Backend
 		cfg.ConnConfig.TLSConfig, cfg.ConnConfig.Fallbacks = tc, nil
 	}
 	return connect(ctx, cfg, opts)
+}
+
+// pgxParams are the query parameters handed to pgx: its connection
+// settings (pgconn's, pgx's and pgxpool's) and the server settings most
+// often given at connect. pgx would send any other name to the server as a
+// setting, so a typo would fail only at connect; other server settings go
+// in options=-c name=value, as with libpq.
+var pgxParams = []string{
+	// pgconn
+	"host", "port", "database", "user", "password", "passfile", "connect_timeout",
+	"sslmode", "sslkey", "sslcert", "sslcertmode", "sslrootcert", "sslnegotiation",
+	"sslpassword", "sslsni", "krbspn", "krbsrvname", "target_session_attrs", "service",
+	"servicefile", "min_protocol_version", "max_protocol_version", "channel_binding",
+	"require_auth",
+	// pgx
+	"statement_cache_capacity", "description_cache_capacity", "default_query_exec_mode",
+	// pgxpool
+	"pool_max_conns", "pool_min_conns", "pool_min_idle_conns", "pool_max_conn_lifetime",
+	"pool_max_conn_idle_time", "pool_health_check_period", "pool_max_conn_lifetime_jitter",
+	"pool_ping_timeout",
+	// server settings
+	"options", "application_name", "search_path", "statement_timeout", "lock_timeout",
+	"idle_in_transaction_session_timeout", "client_encoding", "timezone",
 }
 
 // connect makes the pool and checks that the server answers.

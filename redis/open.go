@@ -101,7 +101,7 @@ func urlOptions(q *urlparam.Query) ([]driver.Option, error) {
 		case "ignore":
 			bopts = append(bopts, WithEvictionCheck(EvictionIgnore).DriverOption())
 		default:
-			return nil, fmt.Errorf("%w: parameter eviction=%q: want warn, refuse or ignore", distlock.ErrInvalidURL, s)
+			return nil, urlparam.Malformed("eviction", s, "not warn, refuse or ignore")
 		}
 	}
 	fair, hasFair := q.Bool("fair")
@@ -126,10 +126,15 @@ func urlClient(u *url.URL, q *urlparam.Query, base *tls.Config) (*goredis.Client
 	if err != nil {
 		return nil, "", err
 	}
-	if err := q.Err(); err != nil {
+	sentinel := q.Rest().Has("master_name")
+	names := goRedisParams
+	if sentinel {
+		names = goRedisSentinelParams
+	}
+	theirs := q.Pass(names...)
+	if err := q.Done(); err != nil {
 		return nil, "", err
 	}
-	sentinel := q.Rest().Has("master_name")
 	host := u.Hostname()
 	if sentinel {
 		host = "" // each connection checks its own host's name (tls.DialWithDialer)
@@ -141,7 +146,7 @@ func urlClient(u *url.URL, q *urlparam.Query, base *tls.Config) (*goredis.Client
 	// What is left is go-redis's to read (and to reject if unknown); TLS
 	// and credentials are ours, so that no secret reaches its errors.
 	u2 := *u
-	u2.Scheme, u2.User, u2.RawQuery = "redis", nil, q.Rest().Encode()
+	u2.Scheme, u2.User, u2.RawQuery = "redis", nil, theirs.Encode()
 	if sentinel {
 		return sentinelClient(&u2, user, pass, cfg)
 	}
@@ -154,6 +159,32 @@ func urlClient(u *url.URL, q *urlparam.Query, base *tls.Config) (*goredis.Client
 	copt.DialTimeout = dialTimeout(copt.DialTimeout)
 	return goredis.NewClient(copt), copt.Addr, nil
 }
+
+// goRedisParams are the query parameters go-redis's ParseURL reads (that
+// the URL's own did not), and goRedisSentinelParams those of
+// ParseFailoverURL: checked here first so that a typo gets the same error
+// as on every backend.
+var (
+	goRedisParams = []string{
+		"client_name", "conn_max_idle_time", "conn_max_lifetime", "conn_max_lifetime_jitter",
+		"db", "dial_timeout", "idle_timeout", "max_active_conns", "max_concurrent_dials",
+		"max_conn_age", "max_idle_conns", "max_retries", "max_retry_backoff", "min_idle_conns",
+		"min_retry_backoff", "pipeline_pool_size", "pipeline_read_buffer_size",
+		"pipeline_write_buffer_size", "pool_fifo", "pool_size", "pool_timeout", "protocol",
+		"read_timeout", "write_timeout",
+	}
+	goRedisSentinelParams = []string{
+		"addr", "client_name", "conn_max_idle_time", "conn_max_lifetime",
+		"conn_max_lifetime_jitter", "context_timeout_enabled", "db", "dial_timeout",
+		"dialer_retries", "dialer_retry_timeout", "disableIdentity", "identitySuffix",
+		"master_name", "max_active_conns", "max_concurrent_dials", "max_idle_conns",
+		"max_retries", "max_retry_backoff", "min_idle_conns", "min_retry_backoff", "password",
+		"pipeline_pool_size", "pipeline_read_buffer_size", "pipeline_write_buffer_size",
+		"pool_fifo", "pool_size", "pool_timeout", "protocol", "read_timeout", "replica_only",
+		"route_by_latency", "route_by_latency_tolerance", "route_randomly", "unstable_resp3",
+		"use_disconnected_replicas", "username", "write_timeout",
+	}
+)
 
 // sentinelClient is urlClient for a URL with master_name: a go-redis
 // failover client that asks the Sentinels (the URL's host and its addr
