@@ -345,23 +345,15 @@ func TestRepairPastRefusedAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := admins[0].Get(ctx, k.GoneFor(owner)).Result(); v != "refused" {
+	// TryAcquire decides on a majority: node 0's answers may land later.
+	if v := getSoon(ctx, admins[0], k.GoneFor(owner), "refused"); v != "refused" {
 		t.Fatalf("node 0 tombstone for the lease's owner: %q, want refused", v)
 	}
 	time.Sleep(time.Second) // the stale lock expired on node 0
 	if err := la.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Refresh returns once a majority extended; node 0's repair may land
-	// a little later.
-	var got string
-	for end := time.Now().Add(3 * time.Second); got != owner && time.Now().Before(end); {
-		got, _ = admins[0].Get(ctx, k.Lock).Result()
-		if got != owner {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	if got != owner {
+	if got := getSoon(ctx, admins[0], k.Lock, owner); got != owner {
 		t.Fatalf("node 0 lock after the refresh: %q, want the lease's %q", got, owner)
 	}
 	if held := lockExists(t, admins, redis.DefaultPrefix, key); len(held) != 3 {
@@ -369,5 +361,18 @@ func TestRepairPastRefusedAttempt(t *testing.T) {
 	}
 	if err := la.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// getSoon reads key until it holds want, for up to 3 s, and returns the
+// last value read: a call decided by a majority leaves the other nodes'
+// answers in flight.
+func getSoon(ctx context.Context, c goredis.UniversalClient, key, want string) string {
+	var got string
+	for end := time.Now().Add(3 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		got, _ = c.Get(ctx, key).Result()
+		if got == want || !time.Now().Before(end) {
+			return got
+		}
 	}
 }
