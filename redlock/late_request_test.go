@@ -346,14 +346,16 @@ func TestRepairPastRefusedAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	// TryAcquire decides on a majority: node 0's answers may land later.
-	if v := getSoon(ctx, admins[0], k.GoneFor(owner), "refused"); v != "refused" {
+	var v string
+	if !soon(func() bool { v, _ = admins[0].Get(ctx, k.GoneFor(owner)).Result(); return v == "refused" }) {
 		t.Fatalf("node 0 tombstone for the lease's owner: %q, want refused", v)
 	}
 	time.Sleep(time.Second) // the stale lock expired on node 0
 	if err := la.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := getSoon(ctx, admins[0], k.Lock, owner); got != owner {
+	var got string
+	if !soon(func() bool { got, _ = admins[0].Get(ctx, k.Lock).Result(); return got == owner }) {
 		t.Fatalf("node 0 lock after the refresh: %q, want the lease's %q", got, owner)
 	}
 	if held := lockExists(t, admins, redis.DefaultPrefix, key); len(held) != 3 {
@@ -361,18 +363,5 @@ func TestRepairPastRefusedAttempt(t *testing.T) {
 	}
 	if err := la.Release(ctx); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// getSoon reads key until it holds want, for up to 3 s, and returns the
-// last value read: a call decided by a majority leaves the other nodes'
-// answers in flight.
-func getSoon(ctx context.Context, c goredis.UniversalClient, key, want string) string {
-	var got string
-	for end := time.Now().Add(3 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		got, _ = c.Get(ctx, key).Result()
-		if got == want || !time.Now().Before(end) {
-			return got
-		}
 	}
 }
