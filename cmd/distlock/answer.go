@@ -52,9 +52,9 @@ func survives(b *BackendResult) string {
 	if n, ok := quorumNodes[g.Backend]; ok {
 		here := nodesIn(b.URL)
 		n = max(n, here)
-		parts = append(parts, fmt.Sprintf("a minority of nodes (n=%d tolerates %d)", n, (n-1)/2))
+		parts = append(parts, fmt.Sprintf("a minority of members failing (%d members tolerate %d)", n, (n-1)/2))
 		if here != n {
-			parts = append(parts, fmt.Sprintf("in this run (%d node): tolerates %d", here, g.FailuresTolerated))
+			parts = append(parts, fmt.Sprintf("in this run: %d %s, tolerates %d", here, plural(here, "node"), g.FailuresTolerated))
 		}
 	} else {
 		parts = append(parts, "no server loss (one server)")
@@ -101,7 +101,14 @@ var answerFigures = []struct {
 	name string
 }{
 	{row{Group: "uncontended", Name: "p50"}, "uncontended p50"},
-	{row{Group: "hand-off hold=0s", Name: "p50"}, "hand-off p50"},
+	{row{Group: "hand-off hold=0s", Name: "p99"}, "hand-off p99"},
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }
 
 // costs gives b's headline latencies and where they rank among the backends.
@@ -141,21 +148,32 @@ func ordinal(n int) string {
 	return fmt.Sprintf("%dth", n)
 }
 
-// useWhen is the advice that follows from the declared guarantees.
+// useFor is when to pick each known backend, a fixed sentence per backend.
+var useFor = map[string]string{
+	"memory":    "every locker lives in one process, e.g. tests",
+	"redis":     "you run Redis and want the lowest latency (efficiency locks, or fence writes)",
+	"redlock":   "you run several independent Redis nodes and want to ride out a minority failing; fence writes",
+	"etcd":      "a lock must stay correct through a member failing (e.g. you run Kubernetes)",
+	"zookeeper": "you already run ZooKeeper and want first-come, first-served waiters",
+	"postgres":  "you already run PostgreSQL: the lock and its fence live beside your data",
+}
+
+// useWhen is the advice for b: its fixed sentence, or for a backend not
+// listed in useFor one that follows from its declared guarantees.
 func useWhen(b *BackendResult) string {
+	if s, ok := useFor[b.Guarantees.Backend]; ok {
+		return s
+	}
 	g := b.Guarantees
-	_, quorum := quorumNodes[g.Backend]
 	switch {
 	case g.SingleProcess:
-		return "tests and single-process programs"
-	case quorum && g.ClockDependent:
-		return "when a Redis node may fail but you have no consensus store; fence writes, clocks matter"
-	case quorum:
-		return "correctness locks that must outlive a node failure"
+		return "every locker lives in one process, e.g. tests"
+	case g.FailuresTolerated > 0:
+		return "a lock must stay correct through a node failing"
 	case g.RestartLosesLocks:
-		return "efficiency locks (a rare double run is harmless), or with a fence"
+		return "a rare double run is harmless, or you fence writes"
 	default:
-		return "correctness locks next to data already in this server (fence with its token)"
+		return "the data the lock guards lives in this server (fence with its token)"
 	}
 }
 

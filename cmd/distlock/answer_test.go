@@ -21,8 +21,8 @@ func TestAnswersStateBackendNotDeployment(t *testing.T) {
 		t.Fatalf("%d answers for %d backends", len(got), len(rep.Backends))
 	}
 	for be, want := range map[string]string{
-		"etcd":    "a minority of nodes (n=3 tolerates 1); in this run (1 node): tolerates 0",
-		"redlock": "a minority of nodes (n=5 tolerates 2)",
+		"etcd":    "a minority of members failing (3 members tolerate 1); in this run: 1 node, tolerates 0",
+		"redlock": "a minority of members failing (5 members tolerate 2)",
 		"memory":  "nothing outside its process",
 		"redis":   "no server loss (one server)",
 	} {
@@ -33,8 +33,11 @@ func TestAnswersStateBackendNotDeployment(t *testing.T) {
 	if strings.Contains(got["redlock"].Survives, "in this run") {
 		t.Errorf("redlock ran on 5 nodes, yet: %q", got["redlock"].Survives)
 	}
-	if !strings.Contains(got["redis"].Costs, "uncontended p50") || !strings.Contains(got["redis"].Costs, "hand-off p50") {
-		t.Errorf("redis costs %q: want uncontended and hand-off p50", got["redis"].Costs)
+	if !regexp.MustCompile(`uncontended p50 [0-9.]+ ms .*hand-off p99 [0-9.]+ ms`).MatchString(got["redis"].Costs) {
+		t.Errorf("redis costs %q: want its uncontended p50 and hand-off p99", got["redis"].Costs)
+	}
+	if !strings.Contains(got["redis"].Use, "lowest latency") {
+		t.Errorf("redis use %q: want its fixed sentence", got["redis"].Use)
 	}
 	if !strings.Contains(got["memory"].Costs, "uncontended p50") || !strings.Contains(got["memory"].Costs, "fastest of 5") {
 		t.Errorf("memory costs %q: want the fastest uncontended p50 of 5", got["memory"].Costs)

@@ -322,7 +322,7 @@ tr.g td{border-top:2px solid #999}
 </style></head><body>
 <h1>distlock {{.R.Kind}}</h1>
 {{with .Answers}}<section id="answer"><h2>The answer</h2><ul class="answer">
-{{range .}}<li><b>{{.Backend}}</b> — survives: {{.Survives}}. Costs: {{.Costs}}. Use for: {{.Use}}.</li>
+{{range .}}<li><b>{{.Backend}}</b> — survives: {{.Survives}}. Costs: {{.Costs}}. Use it when {{.Use}}.</li>
 {{end}}</ul></section>{{end}}
 {{with .Charts}}<h2>Charts</h2>
 <div class="charts">{{range .}}<figure><figcaption>{{.Title}}</figcaption>{{.SVG}}</figure>{{end}}</div>{{end}}
