@@ -109,7 +109,7 @@ func TestInspectAfterRestartWithoutPersistence(t *testing.T) {
 		t.Fatal(err)
 	}
 	var c int64
-	if !soon(func() bool { c, _ = admins[0].Get(ctx, k.Counter).Int64(); return distlock.Token(c) > ls.Token() }) {
+	if !testutil.Soon(func() bool { c, _ = admins[0].Get(ctx, k.Counter).Int64(); return distlock.Token(c) > ls.Token() }) {
 		t.Fatalf("node 0's counter %d; the test wants it above the lease's token %d", c, ls.Token())
 	}
 	testutil.MustHold(t, l, ls, "v", "node 0 taken back")

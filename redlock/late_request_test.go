@@ -347,7 +347,7 @@ func TestRepairPastRefusedAttempt(t *testing.T) {
 	}
 	// TryAcquire decides on a majority: node 0's answers may land later.
 	var v string
-	if !soon(func() bool { v, _ = admins[0].Get(ctx, k.GoneFor(owner)).Result(); return v == "refused" }) {
+	if !testutil.Soon(func() bool { v, _ = admins[0].Get(ctx, k.GoneFor(owner)).Result(); return v == "refused" }) {
 		t.Fatalf("node 0 tombstone for the lease's owner: %q, want refused", v)
 	}
 	time.Sleep(time.Second) // the stale lock expired on node 0
@@ -355,7 +355,7 @@ func TestRepairPastRefusedAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got string
-	if !soon(func() bool { got, _ = admins[0].Get(ctx, k.Lock).Result(); return got == owner }) {
+	if !testutil.Soon(func() bool { got, _ = admins[0].Get(ctx, k.Lock).Result(); return got == owner }) {
 		t.Fatalf("node 0 lock after the refresh: %q, want the lease's %q", got, owner)
 	}
 	if held := lockExists(t, admins, redis.DefaultPrefix, key); len(held) != 3 {

@@ -427,14 +427,3 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
-// soon reports whether cond holds within 3 s: a call decided by a
-// majority leaves the other nodes' answers in flight.
-func soon(cond func() bool) bool {
-	for end := time.Now().Add(3 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			return false
-		}
-	}
-	return true
-}

@@ -4,6 +4,7 @@ package testutil
 import (
 	"bytes"
 	"sync"
+	"time"
 )
 
 // SyncBuffer is a bytes.Buffer safe for concurrent writers and readers: a
@@ -25,4 +26,16 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Soon reports whether cond holds within 3 s, checking every 10 ms: for
+// state that a call's background work (a give-back) or its answers after
+// a majority decided (Redlock) write after the call returned.
+func Soon(cond func() bool) bool {
+	for end := time.Now().Add(3 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			return false
+		}
+	}
+	return true
 }
