@@ -60,7 +60,7 @@ func survives(b *BackendResult) string {
 		parts = append(parts, "no server loss (one server)")
 	}
 	if g.RestartLosesLocks {
-		parts = append(parts, "a server restart can drop held locks")
+		parts = append(parts, "a crash, restart or failover of a server can drop held locks")
 	}
 	if g.ClockDependent {
 		parts = append(parts, "assumes bounded clock drift")

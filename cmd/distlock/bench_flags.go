@@ -17,8 +17,9 @@ Usage: distlock bench [flags]
 
 Measures each backend URL given with --url (repeatable), or, with none,
 every registered backend on local servers it starts from the installed
-binaries (mem://; redis://, redlock:// on 5 nodes, etcd://, zk:// when those
-backends are registered and redis-server, etcd, java+ZooKeeper are installed).
+binaries (mem://; redis://, redlock:// on 5 nodes, etcd://, zk://, postgres://
+when those backends are registered and redis-server, etcd, java+ZooKeeper,
+PostgreSQL are installed).
 
 Measurements, each run for --duration and repeated --repeat times, the
 backends side by side (every backend's repeat i runs before any repeat i+1):

@@ -62,12 +62,13 @@ var backendColors = map[string]drawing.Color{
 	"redlock":   drawing.ColorFromHex("CC79A7"), // reddish purple
 	"etcd":      drawing.ColorFromHex("009E73"), // bluish green
 	"zookeeper": drawing.ColorFromHex("E69F00"), // orange
+	"postgres":  drawing.ColorFromHex("56B4E9"), // sky blue
 }
 
 // extraColors are for backends backendColors does not name, picked by a
 // hash of the name, so that they too are the same in every chart.
 var extraColors = []drawing.Color{
-	drawing.ColorFromHex("56B4E9"), drawing.ColorFromHex("000000"), drawing.ColorFromHex("8C564B"),
+	drawing.ColorFromHex("332288"), drawing.ColorFromHex("000000"), drawing.ColorFromHex("8C564B"),
 	drawing.ColorFromHex("7F7F7F"), drawing.ColorFromHex("B8A000"),
 }
 

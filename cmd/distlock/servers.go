@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/distlock/distlock"
 	"github.com/distlock/distlock/internal/testserver"
 )
@@ -47,7 +49,7 @@ func (ls *localServers) Close() error {
 
 // startLocal starts, in parallel, a server for every registered backend that
 // needs one and whose binary is installed, and returns the targets in a
-// fixed order: mem, redis, redlock, etcd, zk. Backends it cannot serve are
+// fixed order: mem, redis, redlock, etcd, zk, postgres. Backends it cannot serve are
 // reported in notes.
 func startLocal(ctx context.Context, dir string, progress func(string)) ([]target, *localServers) {
 	ls := &localServers{byScheme: map[string]target{}}
@@ -78,6 +80,13 @@ func startLocal(ctx context.Context, dir string, progress func(string)) ([]targe
 				return
 			}
 			u := urlOf(c)
+			if kind == testserver.KindPostgres {
+				if err := migrateDev(sctx, u); err != nil {
+					c.Close()
+					note("%s:// not measured: tables not created: %v", scheme, err)
+					return
+				}
+			}
 			v := serverVersion(sctx, u)
 			add(scheme, target{URL: u, Server: fmt.Sprintf("%d local %s (%s)", n, kind, v)}, c.Close)
 		})
@@ -91,10 +100,11 @@ func startLocal(ctx context.Context, dir string, progress func(string)) ([]targe
 	start("zk", testserver.KindZooKeeper, 1, func(c *testserver.Cluster) string {
 		return "zk://" + hosts(c) + "/distlock-bench?session_timeout=2s"
 	})
+	start("postgres", testserver.KindPostgres, 1, func(c *testserver.Cluster) string { return c.Members[0].DSN() })
 	wg.Wait()
 
 	targets := []target{{URL: "mem://bench", Server: "in-process"}}
-	for _, s := range []string{"redis", "redlock", "etcd", "zk"} {
+	for _, s := range []string{"redis", "redlock", "etcd", "zk", "postgres"} {
 		if t, ok := ls.byScheme[s]; ok {
 			targets = append(targets, t)
 		}
@@ -127,6 +137,9 @@ func serverVersion(ctx context.Context, rawURL string) string {
 	case "zk":
 		v, err = zkVersion(ctx, host)
 		v = "ZooKeeper " + v
+	case "postgres", "postgresql":
+		v, err = postgresVersion(ctx, rawURL)
+		v = "PostgreSQL " + v
 	default:
 		return "unknown"
 	}
@@ -211,4 +224,17 @@ func zkVersion(ctx context.Context, host string) (string, error) {
 		err = fmt.Errorf("srvr: %q", line)
 	}
 	return "", err
+}
+
+// postgresVersion reads server_version over one connection.
+func postgresVersion(ctx context.Context, dsn string) (string, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var v string
+	err = conn.QueryRow(ctx, "SHOW server_version").Scan(&v)
+	v, _, _ = strings.Cut(v, " ") // drop the distribution's suffix
+	return v, err
 }
