@@ -1,0 +1,312 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/distlock/distlock"
+	"github.com/distlock/distlock/driver"
+	"github.com/distlock/distlock/postgres"
+)
+
+// The three ways an attempt runs the take statement: TryAcquire (no
+// waiter), a waiting Acquire's first attempt (waiter = owner, the acquire
+// statement) and its later attempts (waiter <> owner, acquireQueue).
+var takePaths = []struct {
+	name   string
+	waiter func(owner string) string
+}{
+	{"try", func(string) string { return "" }},
+	{"first", func(owner string) string { return owner }},
+	{"queue", func(owner string) string { return owner + "-w" }},
+}
+
+// keyState prepares key k in table tbl: no row, a free row, an expired row.
+var keyStates = []struct {
+	name    string
+	prepare func(ctx context.Context, admin *pgxpool.Pool, tbl, k string) error
+}{
+	{"absent", func(context.Context, *pgxpool.Pool, string, string) error { return nil }},
+	{"free", func(ctx context.Context, admin *pgxpool.Pool, tbl, k string) error {
+		_, err := admin.Exec(ctx, `INSERT INTO `+tbl+` (key, token) VALUES ($1, 5)`, k)
+		return err
+	}},
+	{"expired", func(ctx context.Context, admin *pgxpool.Pool, tbl, k string) error {
+		_, err := admin.Exec(ctx, `INSERT INTO `+tbl+` (key, owner, token, expires_at)
+			VALUES ($1, 'gone', 5, clock_timestamp() - interval '1 second')`, k)
+		return err
+	}},
+}
+
+func heldOrFail(t *testing.T, b driver.Backend, key string, want bool) driver.Holder {
+	t.Helper()
+	h, err := b.Inspect(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Held != want {
+		t.Fatalf("%q held = %v, want %v (%+v)", key, h.Held, want, h)
+	}
+	return h
+}
+
+// A copy of an attempt that lands after its give-back takes nothing, on
+// every path, whatever the key's row looks like, in a schema-qualified
+// table too; and a duplicate of a granted attempt takes nothing more (same
+// token, still held). Holds on pgherd and main.
+func TestTakeTurnLateAndDuplicateCopies(t *testing.T) {
+	t.Parallel()
+	dsn, admin := server(t)
+	ctx := t.Context()
+	mustExec(t, admin, `CREATE SCHEMA app`)
+	if err := postgres.Migrate(ctx, admin, postgres.WithTable("app.locks")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tbl := range []string{"distlock_locks", "app.locks"} {
+		b := rawBackend(t, newPool(t, dsn), postgres.WithTable(tbl))
+		for _, st := range keyStates {
+			for _, p := range takePaths {
+				name := fmt.Sprintf("%s/%s/%s", tbl, st.name, p.name)
+				t.Run(name, func(t *testing.T) {
+					// Late copy of a given-back attempt.
+					k := "late/" + name
+					if err := st.prepare(ctx, admin, tbl, k); err != nil {
+						t.Fatal(err)
+					}
+					owner := "o-late-" + name
+					req := driver.Request{Key: k, TTL: time.Minute, Owner: owner, Waiter: p.waiter(owner)}
+					if err := b.Unlock(ctx, driver.Grant{Key: k, Owner: owner}); err != nil {
+						t.Fatalf("give back: %v", err)
+					}
+					if g, err := b.TryLock(ctx, req); !errors.Is(err, distlock.ErrNotAcquired) {
+						t.Fatalf("late copy after its give-back: token %d, err %v; want ErrNotAcquired", g.Token, err)
+					}
+					heldOrFail(t, b, k, false)
+					// Someone else takes the key with a higher token.
+					other := driver.Request{Key: k, TTL: time.Minute, Owner: "x-" + owner}
+					g, err := b.TryLock(ctx, other)
+					if err != nil {
+						t.Fatalf("after the late copy, TryAcquire: %v", err)
+					}
+					if g.Token <= 5 {
+						t.Fatalf("token %d not above the row's 5", g.Token)
+					}
+
+					// Duplicate of a granted attempt.
+					k2 := "dup/" + name
+					if err := st.prepare(ctx, admin, tbl, k2); err != nil {
+						t.Fatal(err)
+					}
+					owner2 := "o-dup-" + name
+					req2 := driver.Request{Key: k2, TTL: time.Minute, Owner: owner2, Waiter: p.waiter(owner2)}
+					g1, err := b.TryLock(ctx, req2)
+					if err != nil {
+						t.Fatalf("first copy: %v", err)
+					}
+					if g2, err := b.TryLock(ctx, req2); !errors.Is(err, distlock.ErrNotAcquired) {
+						t.Fatalf("duplicate copy: token %d, err %v; want ErrNotAcquired", g2.Token, err)
+					}
+					h := heldOrFail(t, b, k2, true)
+					if int64(h.Token) != g1.Token {
+						t.Fatalf("duplicate changed the token %d -> %d", g1.Token, h.Token)
+					}
+				})
+			}
+		}
+	}
+}
+
+// Parameter types are inferred in every pgx exec mode, on a key with no
+// row and on a queued key, on every path. Holds on pgherd and main.
+func TestTakeTurnExecModes(t *testing.T) {
+	t.Parallel()
+	dsn, _ := server(t)
+	ctx := t.Context()
+	modes := map[string]pgx.QueryExecMode{
+		"cache-statement": pgx.QueryExecModeCacheStatement,
+		"cache-describe":  pgx.QueryExecModeCacheDescribe,
+		"describe-exec":   pgx.QueryExecModeDescribeExec,
+		"exec":            pgx.QueryExecModeExec,
+		"simple":          pgx.QueryExecModeSimpleProtocol,
+	}
+	for mname, mode := range modes {
+		pool := onePool(t, dsn, func(c *pgxpool.Config) {
+			c.MaxConns = 2
+			c.ConnConfig.DefaultQueryExecMode = mode
+		})
+		b := rawBackend(t, pool)
+		for _, p := range takePaths {
+			k := mname + "/" + p.name
+			owner := "o-" + k
+			g, err := b.TryLock(ctx, driver.Request{Key: k, TTL: time.Minute, Owner: owner, Value: "v", Waiter: p.waiter(owner)})
+			if err != nil {
+				t.Fatalf("%s: fresh key: %v", k, err)
+			}
+			g.Key, g.Owner = k, owner
+			// A queued attempt on the held key, then the release and its turn.
+			w := "q-" + k
+			if _, err := b.TryLock(ctx, driver.Request{Key: k, TTL: time.Minute, Owner: w + "-2", Waiter: w}); !errors.Is(err, distlock.ErrNotAcquired) {
+				t.Fatalf("%s: queued attempt on a held key: %v", k, err)
+			}
+			if err := b.Unlock(ctx, g); err != nil {
+				t.Fatalf("%s: release: %v", k, err)
+			}
+			if _, err := b.TryLock(ctx, driver.Request{Key: k, TTL: time.Minute, Owner: w + "-3", Waiter: w}); err != nil {
+				t.Fatalf("%s: the only waiter's turn: %v", k, err)
+			}
+		}
+	}
+}
+
+// First-come order under SERIALIZABLE default isolation (the repeatable
+// read test's twin). Holds on pgherd.
+func TestTakeTurnFirstComeSerializable(t *testing.T) {
+	t.Parallel()
+	dsn, admin := server(t)
+	ctx := t.Context()
+	mustExec(t, admin, `ALTER DATABASE postgres SET default_transaction_isolation TO 'serializable'`)
+	pool := newPool(t, dsn)
+	holder := newLocker(t, pool)
+	held, err := holder.TryAcquire(ctx, "fifo", distlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	order := make(chan int, n)
+	for i := range n {
+		l := newLocker(t, newPool(t, dsn))
+		go func() {
+			ls, err := l.Acquire(ctx, "fifo", distlock.WithTTL(time.Minute))
+			if err != nil {
+				order <- -1
+				return
+			}
+			order <- i
+			time.Sleep(20 * time.Millisecond)
+			_ = ls.Release(ctx)
+		}()
+		waitWaiters(t, holder, "fifo", i+1)
+	}
+	start := time.Now()
+	_ = held.Release(ctx)
+	for want := range n {
+		if got := <-order; got != want {
+			t.Fatalf("FIFO under serializable: grant %d went to %d", want, got)
+		}
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("FIFO under serializable: hand-offs took %v", d)
+	}
+}
+
+// Exclusion and rising tokens under each default isolation, waiters and
+// TryAcquire mixed, holders inside WithLease (the row FOR SHARE). Holds on
+// pgherd.
+func TestTakeTurnExclusionIsolations(t *testing.T) {
+	t.Parallel()
+	for _, iso := range []string{"read committed", "repeatable read", "serializable"} {
+		t.Run(iso, func(t *testing.T) {
+			dsn, admin := server(t)
+			ctx := t.Context()
+			mustExec(t, admin, `ALTER DATABASE postgres SET default_transaction_isolation TO '`+iso+`'`,
+				`CREATE TABLE data (id int PRIMARY KEY, v text)`, `INSERT INTO data VALUES (1, '')`)
+			var (
+				mu      sync.Mutex
+				inside  int
+				last    distlock.Token
+				bad     []string
+				granted int
+				wg      sync.WaitGroup
+			)
+			for i := range 6 {
+				pool := newPool(t, dsn)
+				l := newLocker(t, pool)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 12 {
+						actx, cancel := context.WithTimeout(ctx, 15*time.Second)
+						var ls *distlock.Lease
+						var err error
+						if i%3 == 0 {
+							ls, err = l.TryAcquire(actx, "hot", distlock.WithTTL(5*time.Second))
+						} else {
+							ls, err = l.Acquire(actx, "hot", distlock.WithTTL(5*time.Second))
+						}
+						cancel()
+						if err != nil {
+							if i%3 != 0 {
+								mu.Lock()
+								bad = append(bad, "Acquire: "+err.Error())
+								mu.Unlock()
+							} else {
+								time.Sleep(5 * time.Millisecond)
+							}
+							continue
+						}
+						mu.Lock()
+						inside++
+						if inside > 1 {
+							bad = append(bad, fmt.Sprintf("two holders, token %d", ls.Token()))
+						}
+						if ls.Token() <= last {
+							bad = append(bad, fmt.Sprintf("token %d after %d", ls.Token(), last))
+						}
+						last = ls.Token()
+						granted++
+						mu.Unlock()
+						err = postgres.WithLease(ctx, pool, ls, func(tx pgx.Tx) error {
+							_, err := tx.Exec(ctx, `UPDATE data SET v = $1 WHERE id = 1`, fmt.Sprint(ls.Token()))
+							time.Sleep(3 * time.Millisecond)
+							return err
+						})
+						mu.Lock()
+						inside--
+						if err != nil && !errors.Is(err, distlock.ErrNotHeld) {
+							bad = append(bad, "WithLease: "+err.Error())
+						}
+						mu.Unlock()
+						_ = ls.Release(ctx)
+					}
+				}()
+			}
+			wg.Wait()
+			if len(bad) > 0 {
+				t.Fatalf("%s: %d problems (%d grants), first: %s", iso, len(bad), granted, bad[0])
+			}
+		})
+	}
+}
+
+// A key with no lock row yet but a live waiter queued: another waiting
+// Acquire's first attempt must not jump the queue. Fails on main (the old
+// statement inserted the row whatever the turn), holds on pgherd: this is
+// the change's stated fix, not a break.
+func TestTakeTurnAbsentRowHonoursQueue(t *testing.T) {
+	t.Parallel()
+	dsn, admin := server(t)
+	ctx := t.Context()
+	b := rawBackend(t, newPool(t, dsn))
+	mustExec(t, admin, `INSERT INTO distlock_locks_waiters (key, waiter, until)
+		VALUES ('norow', 'first', clock_timestamp() + interval '1 minute')`)
+	for _, p := range takePaths[1:] {
+		owner := "late-" + p.name
+		g, err := b.TryLock(ctx, driver.Request{Key: "norow", TTL: time.Minute, Owner: owner, Waiter: p.waiter(owner)})
+		if err == nil {
+			t.Fatalf("%s: a waiter took a key with no row past the live waiter ahead (token %d)", p.name, g.Token)
+		}
+		if !errors.Is(err, distlock.ErrNotAcquired) {
+			t.Fatalf("%s: %v", p.name, err)
+		}
+	}
+	if _, err := b.TryLock(ctx, driver.Request{Key: "norow", TTL: time.Minute, Owner: "first-1", Waiter: "first"}); err != nil {
+		t.Fatalf("the first waiter's turn: %v", err)
+	}
+}
