@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distlock/distlock"
@@ -180,8 +182,12 @@ func TestTakeTurnFirstComeSerializable(t *testing.T) {
 	}
 	const n = 6
 	order := make(chan int, n)
+	conflicts := &conflictTracer{}
 	for i := range n {
-		l := newLocker(t, newPool(t, dsn))
+		l := newLocker(t, onePool(t, dsn, func(c *pgxpool.Config) {
+			c.MaxConns = 4
+			c.ConnConfig.Tracer = conflicts
+		}))
 		go func() {
 			ls, err := l.Acquire(ctx, "fifo", distlock.WithTTL(time.Minute))
 			if err != nil {
@@ -198,11 +204,32 @@ func TestTakeTurnFirstComeSerializable(t *testing.T) {
 	_ = held.Release(ctx)
 	for want := range n {
 		if got := <-order; got != want {
-			t.Fatalf("FIFO under serializable: grant %d went to %d", want, got)
+			t.Fatalf("FIFO under serializable: grant %d went to %d (acquire statements failed with 40001: %d, 40P01: %d)",
+				want, got, conflicts.serialization.Load(), conflicts.deadlock.Load())
 		}
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("FIFO under serializable: hand-offs took %v", d)
+	}
+}
+
+// conflictTracer counts the acquire statements that failed with a
+// serialization failure or a deadlock.
+type conflictTracer struct{ serialization, deadlock atomic.Int64 }
+
+func (c *conflictTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (c *conflictTracer) TraceQueryEnd(_ context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
+	var pe *pgconn.PgError
+	if errors.As(d.Err, &pe) {
+		switch pe.Code {
+		case "40001":
+			c.serialization.Add(1)
+		case "40P01":
+			c.deadlock.Add(1)
+		}
 	}
 }
 
@@ -308,5 +335,103 @@ func TestTakeTurnAbsentRowHonoursQueue(t *testing.T) {
 	}
 	if _, err := b.TryLock(ctx, driver.Request{Key: "norow", TTL: time.Minute, Owner: "first-1", Waiter: "first"}); err != nil {
 		t.Fatalf("the first waiter's turn: %v", err)
+	}
+}
+
+// While a lease-bound transaction holds the row FOR SHARE past the lease's
+// expiry, no waiter is granted the key (the first blocks on the row, the
+// others may not take their turn past it); once it ends, the waiters are
+// granted in the order they came. Holds on pgherd.
+func TestTakeTurnWithLeaseHoldsBackWaiters(t *testing.T) {
+	t.Parallel()
+	dsn, admin := server(t)
+	ctx := t.Context()
+	pool := newPool(t, dsn)
+	holder := newLocker(t, pool)
+	held, err := holder.TryAcquire(ctx, "lk", distlock.WithTTL(400*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3
+	type grant struct {
+		i     int
+		token distlock.Token
+	}
+	grants := make(chan grant, n)
+	for i := range n {
+		l := newLocker(t, newPool(t, dsn))
+		go func() {
+			actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			ls, err := l.Acquire(actx, "lk", distlock.WithTTL(time.Minute))
+			if err != nil {
+				grants <- grant{-1, 0}
+				return
+			}
+			grants <- grant{i, ls.Token()}
+			time.Sleep(20 * time.Millisecond)
+			_ = ls.Release(ctx)
+		}()
+		waitWaiters(t, holder, "lk", i+1)
+	}
+	var during []string
+	err = postgres.WithLease(ctx, pool, held, func(pgx.Tx) error {
+		for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(25 * time.Millisecond) {
+			var owner *string
+			var token int64
+			if err := admin.QueryRow(ctx, `SELECT owner, token FROM distlock_locks WHERE key = 'lk'`).Scan(&owner, &token); err != nil {
+				return err
+			}
+			if distlock.Token(token) != held.Token() {
+				during = append(during, fmt.Sprintf("token %d granted while the lease's transaction ran", token))
+			}
+		}
+		return nil
+	})
+	if !errors.Is(err, distlock.ErrNotHeld) {
+		t.Fatalf("WithLease past the lease's expiry: %v, want ErrNotHeld", err)
+	}
+	if len(during) > 0 {
+		t.Fatal(during[0])
+	}
+	var last distlock.Token
+	for want := range n {
+		select {
+		case g := <-grants:
+			if g.i != want {
+				t.Fatalf("after the lease's transaction: grant %d went to %d", want, g.i)
+			}
+			if g.token <= last || g.token <= held.Token() {
+				t.Fatalf("token %d after %d (holder %d)", g.token, last, held.Token())
+			}
+			last = g.token
+		case <-time.After(5 * time.Second):
+			t.Fatalf("grant %d: none within 5 s of the lease's transaction", want)
+		}
+	}
+}
+
+// A duplicate of a waiter's granted attempt (same owner, same waiter)
+// lands after the grant: it takes no lock, and must not put the holder
+// back in the queue, where its place would hold up the waiters behind it
+// for a window after the holder's release.
+func TestTakeTurnDuplicateLeavesNoPlace(t *testing.T) {
+	t.Parallel()
+	dsn, _ := server(t)
+	ctx := t.Context()
+	b := rawBackend(t, newPool(t, dsn))
+	for _, p := range takePaths[1:] {
+		k := "dupq/" + p.name
+		owner := "o-" + k
+		req := driver.Request{Key: k, TTL: time.Minute, Owner: owner, Waiter: p.waiter(owner)}
+		if _, err := b.TryLock(ctx, req); err != nil {
+			t.Fatalf("%s: %v", p.name, err)
+		}
+		if _, err := b.TryLock(ctx, req); !errors.Is(err, distlock.ErrNotAcquired) {
+			t.Fatalf("%s: duplicate: %v", p.name, err)
+		}
+		if h := heldOrFail(t, b, k, true); h.Waiters != 0 {
+			t.Errorf("%s: after a duplicate of the granted attempt the holder waits in its own queue: Waiters = %d", p.name, h.Waiters)
+		}
 	}
 }
