@@ -144,6 +144,7 @@ FROM ` + t + ` l WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM taken)`,
 	INSERT INTO ` + w + ` (key, waiter, until)
 	SELECT $1, $5, greatest((SELECT expires_at FROM ` + t + ` WHERE key = $1), clock_timestamp()) + ` + window + `
 	WHERE $5 <> '' AND NOT EXISTS (SELECT 1 FROM taken)
+		AND NOT EXISTS (SELECT 1 FROM ` + t + ` WHERE key = $1 AND owner = $2)
 	ON CONFLICT (key, waiter) DO UPDATE SET until = excluded.until
 	RETURNING 1
 ), left_queue AS (

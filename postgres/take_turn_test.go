@@ -62,7 +62,7 @@ func heldOrFail(t *testing.T, b driver.Backend, key string, want bool) driver.Ho
 // A copy of an attempt that lands after its give-back takes nothing, on
 // every path, whatever the key's row looks like, in a schema-qualified
 // table too; and a duplicate of a granted attempt takes nothing more (same
-// token, still held). Holds on pgherd and main.
+// token, still held).
 func TestTakeTurnLateAndDuplicateCopies(t *testing.T) {
 	t.Parallel()
 	dsn, admin := server(t)
@@ -126,7 +126,7 @@ func TestTakeTurnLateAndDuplicateCopies(t *testing.T) {
 }
 
 // Parameter types are inferred in every pgx exec mode, on a key with no
-// row and on a queued key, on every path. Holds on pgherd and main.
+// row and on a queued key, on every path.
 func TestTakeTurnExecModes(t *testing.T) {
 	t.Parallel()
 	dsn, _ := server(t)
@@ -168,7 +168,7 @@ func TestTakeTurnExecModes(t *testing.T) {
 }
 
 // First-come order under SERIALIZABLE default isolation (the repeatable
-// read test's twin). Holds on pgherd.
+// read test's twin).
 func TestTakeTurnFirstComeSerializable(t *testing.T) {
 	t.Parallel()
 	dsn, admin := server(t)
@@ -234,8 +234,7 @@ func (c *conflictTracer) TraceQueryEnd(_ context.Context, _ *pgx.Conn, d pgx.Tra
 }
 
 // Exclusion and rising tokens under each default isolation, waiters and
-// TryAcquire mixed, holders inside WithLease (the row FOR SHARE). Holds on
-// pgherd.
+// TryAcquire mixed, holders inside WithLease (the row FOR SHARE).
 func TestTakeTurnExclusionIsolations(t *testing.T) {
 	t.Parallel()
 	for _, iso := range []string{"read committed", "repeatable read", "serializable"} {
@@ -313,9 +312,8 @@ func TestTakeTurnExclusionIsolations(t *testing.T) {
 }
 
 // A key with no lock row yet but a live waiter queued: another waiting
-// Acquire's first attempt must not jump the queue. Fails on main (the old
-// statement inserted the row whatever the turn), holds on pgherd: this is
-// the change's stated fix, not a break.
+// Acquire's first attempt must not jump the queue. (An insert is
+// filtered by the turn too, not only the update of an existing row.)
 func TestTakeTurnAbsentRowHonoursQueue(t *testing.T) {
 	t.Parallel()
 	dsn, admin := server(t)
@@ -341,7 +339,7 @@ func TestTakeTurnAbsentRowHonoursQueue(t *testing.T) {
 // While a lease-bound transaction holds the row FOR SHARE past the lease's
 // expiry, no waiter is granted the key (the first blocks on the row, the
 // others may not take their turn past it); once it ends, the waiters are
-// granted in the order they came. Holds on pgherd.
+// granted in the order they came.
 func TestTakeTurnWithLeaseHoldsBackWaiters(t *testing.T) {
 	t.Parallel()
 	dsn, admin := server(t)
@@ -439,7 +437,7 @@ func TestTakeTurnDuplicateLeavesNoPlace(t *testing.T) {
 // Keys with no row yet, each wanted at once by several waiting Acquires
 // (the row's insert races, and a statement's snapshot may not show the
 // winner's row): every Acquire is granted, one holder at a time, tokens
-// rising per key. Holds on pgherd.
+// rising per key.
 func TestTakeTurnFreshKeysRace(t *testing.T) {
 	t.Parallel()
 	for _, iso := range []string{"read committed", "repeatable read"} {
