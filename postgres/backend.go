@@ -44,6 +44,10 @@ func (h *handle) As(target any) bool {
 	return false
 }
 
+// conflictRetry is how soon an attempt that hit a serialization failure
+// or a deadlock is tried again: well within a waiter's queueWindow.
+const conflictRetry = time.Millisecond
+
 func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
 
 func (b *backend) TryLock(ctx context.Context, req driver.Request) (driver.Grant, error) {
@@ -69,7 +73,9 @@ func (b *backend) attempt(ctx context.Context, query string, req driver.Request,
 	case errors.Is(err, pgx.ErrNoRows): // held by a grant our snapshot does not show yet
 		return driver.Grant{}, &distlock.HeldError{Key: req.Key}
 	case pgerr.Conflict(err): // REPEATABLE READ or SERIALIZABLE: the row changed under the attempt
-		return driver.Grant{}, &distlock.HeldError{Key: req.Key}
+		// The key's state moved while the attempt ran: look again soon, or
+		// a waiter whose turn came sleeps through its place.
+		return driver.Grant{}, &distlock.HeldError{Key: req.Key, RetryAfter: conflictRetry}
 	case err != nil:
 		return driver.Grant{}, b.classify("acquire", err)
 	case token == 0:

@@ -84,16 +84,20 @@ func newStatements(name string) (*statements, error) {
 	now := `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
 	next := mutation.Pick("pg-token-counter", "l.token + 1", "greatest(l.token + 1, excluded.token)") // mutation: pg-token-counter
 	// take grants $1 to $2 for $3 µs with value $4 if the key is free, the
-	// owner not refused and turn holds; it returns the token.
+	// owner not refused and turn holds; it returns the token. turn filters
+	// the row to insert, not the update: ON CONFLICT locks the key's row
+	// even when its WHERE fails, so waiters that are not first would
+	// queue on that row lock, one commit after another, at every release.
 	take := func(turn string) string {
 		return `
 	INSERT INTO ` + t + ` AS l (key, owner, token, value, expires_at)
-	VALUES ($1, $2, ` + now + `, $4, clock_timestamp() + $3 * interval '1 microsecond')
+	SELECT $1::text, $2::text, ` + now + `, $4::bytea, clock_timestamp() + $3 * interval '1 microsecond'
+	WHERE ` + turn + `
 	ON CONFLICT (key) DO UPDATE
 		SET owner = excluded.owner, token = ` + next + `,
 			value = excluded.value, expires_at = excluded.expires_at
 		WHERE (l.owner IS NULL OR l.expires_at <= clock_timestamp())
-			AND NOT excluded.owner = ANY (coalesce(l.refused, '{}')) AND (` + turn + `)
+			AND NOT excluded.owner = ANY (coalesce(l.refused, '{}'))
 	RETURNING l.token
 `
 	}
@@ -140,6 +144,7 @@ FROM ` + t + ` l WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM taken)`,
 	INSERT INTO ` + w + ` (key, waiter, until)
 	SELECT $1, $5, greatest((SELECT expires_at FROM ` + t + ` WHERE key = $1), clock_timestamp()) + ` + window + `
 	WHERE $5 <> '' AND NOT EXISTS (SELECT 1 FROM taken)
+		AND NOT EXISTS (SELECT 1 FROM ` + t + ` WHERE key = $1 AND owner = $2)
 	ON CONFLICT (key, waiter) DO UPDATE SET until = excluded.until
 	RETURNING 1
 ), left_queue AS (
