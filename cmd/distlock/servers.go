@@ -49,8 +49,8 @@ func (ls *localServers) Close() error {
 
 // startLocal starts, in parallel, a server for every registered backend that
 // needs one and whose binary is installed, and returns the targets in a
-// fixed order: mem, redis, redlock, etcd, zk, postgres. Backends it cannot serve are
-// reported in notes.
+// fixed order: mem, redis, redlock, etcd, zk, postgres. Backends it cannot
+// serve are reported in notes.
 func startLocal(ctx context.Context, dir string, progress func(string)) ([]target, *localServers) {
 	ls := &localServers{byScheme: map[string]target{}}
 	add := func(scheme string, t target, closer func() error) {
