@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/distlock/distlock"
@@ -163,72 +161,6 @@ func TestTakeTurnExecModes(t *testing.T) {
 			if _, err := b.TryLock(ctx, driver.Request{Key: k, TTL: time.Minute, Owner: w + "-3", Waiter: w}); err != nil {
 				t.Fatalf("%s: the only waiter's turn: %v", k, err)
 			}
-		}
-	}
-}
-
-// First-come order under SERIALIZABLE default isolation (the repeatable
-// read test's twin).
-func TestTakeTurnFirstComeSerializable(t *testing.T) {
-	t.Parallel()
-	dsn, admin := server(t)
-	ctx := t.Context()
-	mustExec(t, admin, `ALTER DATABASE postgres SET default_transaction_isolation TO 'serializable'`)
-	pool := newPool(t, dsn)
-	holder := newLocker(t, pool)
-	held, err := holder.TryAcquire(ctx, "fifo", distlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const n = 6
-	order := make(chan int, n)
-	conflicts := &conflictTracer{}
-	for i := range n {
-		l := newLocker(t, onePool(t, dsn, func(c *pgxpool.Config) {
-			c.MaxConns = 4
-			c.ConnConfig.Tracer = conflicts
-		}))
-		go func() {
-			ls, err := l.Acquire(ctx, "fifo", distlock.WithTTL(time.Minute))
-			if err != nil {
-				order <- -1
-				return
-			}
-			order <- i
-			time.Sleep(20 * time.Millisecond)
-			_ = ls.Release(ctx)
-		}()
-		waitWaiters(t, holder, "fifo", i+1)
-	}
-	start := time.Now()
-	_ = held.Release(ctx)
-	for want := range n {
-		if got := <-order; got != want {
-			t.Fatalf("FIFO under serializable: grant %d went to %d (acquire statements failed with 40001: %d, 40P01: %d)",
-				want, got, conflicts.serialization.Load(), conflicts.deadlock.Load())
-		}
-	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Fatalf("FIFO under serializable: hand-offs took %v", d)
-	}
-}
-
-// conflictTracer counts the acquire statements that failed with a
-// serialization failure or a deadlock.
-type conflictTracer struct{ serialization, deadlock atomic.Int64 }
-
-func (c *conflictTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	return ctx
-}
-
-func (c *conflictTracer) TraceQueryEnd(_ context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
-	var pe *pgconn.PgError
-	if errors.As(d.Err, &pe) {
-		switch pe.Code {
-		case "40001":
-			c.serialization.Add(1)
-		case "40P01":
-			c.deadlock.Add(1)
 		}
 	}
 }
